@@ -1,0 +1,186 @@
+package bth
+
+import "encoding/binary"
+
+// Packet is one RoCEv2 transport packet: the BTH, the extended headers its
+// opcode calls for, the payload and the ICRC. Only the extended headers named
+// by BTH.Opcode.Info().Ext are meaningful; the others keep whatever they held.
+//
+// A Packet is a plain value: decode into one that is reused to avoid
+// allocation. It is not safe for concurrent use.
+type Packet struct {
+	BTH          BTH
+	DETH         DETH
+	RETH         RETH
+	AtomicETH    AtomicETH
+	AETH         AETH
+	AtomicAckETH AtomicAckETH
+	ImmDt        ImmDt
+	IETH         IETH
+	// Payload is the data after the headers, without pad and ICRC. After
+	// Decode it aliases the decoded buffer.
+	Payload []byte
+	// ICRC is the invariant CRC as read by Decode (the CRC value; on the
+	// wire its bytes are little-endian). Append computes its own and ignores
+	// this field.
+	ICRC uint32
+}
+
+// Decode parses b, a whole UDP payload from the BTH to the ICRC included,
+// into p. It checks that b holds every header the opcode needs and the ICRC,
+// that PadCnt fits, and that opcodes without payload carry none; it does not
+// check the ICRC (that needs the IP and UDP headers: see ICRC).
+//
+// Errors are *DecodeError wrapping ErrTruncated, ErrUnknownOpcode, ErrTVer,
+// ErrPadCnt or ErrUnexpectedPayload. When only the BTH decoded (unknown
+// opcode, bad TVer, truncated extended header), p.BTH is still filled in.
+// Decode never allocates.
+func (p *Packet) Decode(b []byte) error {
+	if err := p.BTH.Decode(b); err != nil {
+		return err
+	}
+	op := p.BTH.Opcode
+	info := op.Info()
+	if info == nil {
+		return &DecodeError{Err: ErrUnknownOpcode, Header: "BTH", Opcode: op}
+	}
+	if p.BTH.TVer != 0 {
+		return &DecodeError{Err: ErrTVer, Header: "BTH", Opcode: op}
+	}
+	off := BTHLen
+	for _, x := range extOrder {
+		if info.Ext&x.ext == 0 {
+			continue
+		}
+		if len(b) < off+x.size {
+			return &DecodeError{Err: ErrTruncated, Header: x.name, Opcode: op, Need: off + x.size, Have: len(b)}
+		}
+		h := b[off:]
+		switch x.ext {
+		case ExtDETH:
+			p.DETH.Decode(h)
+		case ExtRETH:
+			p.RETH.Decode(h)
+		case ExtAtomicETH:
+			p.AtomicETH.Decode(h)
+		case ExtAETH:
+			p.AETH.Decode(h)
+		case ExtAtomicAckETH:
+			p.AtomicAckETH.Decode(h)
+		case ExtImmDt:
+			p.ImmDt.Decode(h)
+		case ExtIETH:
+			p.IETH.Decode(h)
+		}
+		off += x.size
+	}
+	if len(b) < off+ICRCLen {
+		return &DecodeError{Err: ErrTruncated, Header: "ICRC", Opcode: op, Need: off + ICRCLen, Have: len(b)}
+	}
+	end := len(b) - ICRCLen
+	rest := b[off:end]
+	pad := int(p.BTH.PadCnt)
+	if !info.Payload && len(rest) != 0 {
+		return &DecodeError{Err: ErrUnexpectedPayload, Header: "payload", Opcode: op, Need: off + ICRCLen, Have: len(b)}
+	}
+	if pad > len(rest) {
+		return &DecodeError{Err: ErrPadCnt, Header: "payload", Opcode: op, Need: off + pad + ICRCLen, Have: len(b)}
+	}
+	p.Payload = rest[: len(rest)-pad : len(rest)-pad]
+	p.ICRC = binary.LittleEndian.Uint32(b[end:])
+	return nil
+}
+
+// Len returns the UDP payload size Append will produce: headers, payload,
+// pad and ICRC. It is 0 for an opcode not in the table.
+func (p *Packet) Len() int {
+	info := p.BTH.Opcode.Info()
+	if info == nil {
+		return 0
+	}
+	return BTHLen + info.Ext.Len() + len(p.Payload) + PadLen(len(p.Payload)) + ICRCLen
+}
+
+// PadLen returns the pad that brings n payload bytes to a multiple of 4,
+// (-n) & 3 as in IBTA 9.2.5.
+func PadLen(n int) int { return -n & 3 }
+
+// AppendHeaders appends the BTH, with PadCnt set from len(p.Payload), and
+// the extended headers of p's opcode to b. It refuses opcodes not in the
+// table, fields wider than the wire (ErrFieldRange) and payload on an opcode
+// that carries none.
+func (p *Packet) AppendHeaders(b []byte) ([]byte, error) {
+	info := p.BTH.Opcode.Info()
+	if info == nil {
+		return b, &DecodeError{Err: ErrUnknownOpcode, Header: "BTH", Opcode: p.BTH.Opcode}
+	}
+	if !info.Payload && len(p.Payload) != 0 {
+		return b, &DecodeError{Err: ErrUnexpectedPayload, Header: "payload", Opcode: p.BTH.Opcode, Have: len(p.Payload)}
+	}
+	h := p.BTH
+	h.PadCnt = uint8(PadLen(len(p.Payload)))
+	if err := h.Check(); err != nil {
+		return b, err
+	}
+	if info.Ext&ExtAETH != 0 && p.AETH.MSN > 0xFFFFFF {
+		return b, &DecodeError{Err: ErrFieldRange, Header: "AETH MSN", Opcode: h.Opcode}
+	}
+	if info.Ext&ExtDETH != 0 && p.DETH.SrcQP > 0xFFFFFF {
+		return b, &DecodeError{Err: ErrFieldRange, Header: "DETH SrcQP", Opcode: h.Opcode}
+	}
+	b = h.Append(b)
+	for _, x := range extOrder {
+		if info.Ext&x.ext == 0 {
+			continue
+		}
+		switch x.ext {
+		case ExtDETH:
+			b = p.DETH.Append(b)
+		case ExtRETH:
+			b = p.RETH.Append(b)
+		case ExtAtomicETH:
+			b = p.AtomicETH.Append(b)
+		case ExtAETH:
+			b = p.AETH.Append(b)
+		case ExtAtomicAckETH:
+			b = p.AtomicAckETH.Append(b)
+		case ExtImmDt:
+			b = p.ImmDt.Append(b)
+		case ExtIETH:
+			b = p.IETH.Append(b)
+		case ExtCNP:
+			b = append(b, make([]byte, CNPReservedLen)...)
+		}
+	}
+	return b, nil
+}
+
+// AppendTransport appends the packet without its ICRC: headers, payload and
+// pad. Add the ICRC with AppendICRC once the IP and UDP headers are known.
+func (p *Packet) AppendTransport(b []byte) ([]byte, error) {
+	b, err := p.AppendHeaders(b)
+	if err != nil {
+		return b, err
+	}
+	b = append(b, p.Payload...)
+	for range PadLen(len(p.Payload)) {
+		b = append(b, 0)
+	}
+	return b, nil
+}
+
+// Append appends the whole UDP payload of p, ICRC included, as it travels
+// inside the IP and UDP headers that e describes. On error b is returned
+// unchanged.
+func (p *Packet) Append(b []byte, e *Encap) ([]byte, error) {
+	start := len(b)
+	b, err := p.AppendTransport(b)
+	if err != nil {
+		return b[:start], err
+	}
+	crc, err := e.ICRC(b[start:])
+	if err != nil {
+		return b[:start], err
+	}
+	return binary.LittleEndian.AppendUint32(b, crc), nil
+}
