@@ -1,0 +1,314 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/roce-emu/roce-emu/bth"
+	"github.com/roce-emu/roce-emu/pcap"
+)
+
+func runDecode(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("decode", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "write JSON Lines: one object per RoCEv2 packet, then {\"summary\": ...} per file")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: roce-emu decode [--json] FILE...")
+		fmt.Fprintln(stderr, "\nDecodes every RoCEv2 packet (UDP destination port 4791) in pcap or pcapng")
+		fmt.Fprintln(stderr, "captures: addresses, opcode, QPN, PSN, extended headers, payload length, ECN")
+		fmt.Fprintln(stderr, "and whether the ICRC verifies; then a summary of each file.")
+		fmt.Fprintln(stderr, "\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(stderr, "roce-emu decode: no capture file given")
+		fs.Usage()
+		return 2
+	}
+	out := bufio.NewWriter(stdout)
+	defer out.Flush()
+	code := 0
+	for _, name := range fs.Args() {
+		if err := decodeFile(name, *asJSON, fs.NArg() > 1, out); err != nil {
+			out.Flush()
+			fmt.Fprintf(stderr, "roce-emu decode: %v\n", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+func decodeFile(name string, asJSON, many bool, out *bufio.Writer) error {
+	r, err := pcap.Open(name)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if many && !asJSON {
+		fmt.Fprintf(out, "== %s\n", name)
+	}
+	d := pcap.NewDecoder()
+	sum := pcap.NewSummary()
+	enc := json.NewEncoder(out)
+	var rec pcap.Record
+	var start time.Time
+	for n := 1; ; n++ {
+		data, ci, lt, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			writeSummary(out, enc, asJSON, name, sum)
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if n == 1 {
+			start = ci.Timestamp
+		}
+		k, err := d.Decode(data, ci, lt, &rec)
+		if err != nil {
+			return fmt.Errorf("%s: frame %d: %w", name, n, err)
+		}
+		sum.Add(k, &rec)
+		if k == pcap.KindOther {
+			continue
+		}
+		rel := rec.Time.Sub(start).Seconds()
+		if asJSON {
+			if err := enc.Encode(jsonRecord(name, n, rel, k, &rec)); err != nil {
+				return err
+			}
+		} else {
+			out.WriteString(textLine(n, rel, k, &rec))
+			out.WriteByte('\n')
+		}
+	}
+	writeSummary(out, enc, asJSON, name, sum)
+	return nil
+}
+
+// textLine formats one packet, for example:
+//
+//	6   0.004512 192.168.65.5:49153 > 192.168.65.4:4791 RC_RDMA_WRITE_ONLY dqpn=0x000011 psn=9209053 ackreq=1 reth{va=0x... rkey=0x... len=18} pad=2 payload=18 ecn=Not-ECT icrc=ok
+func textLine(n int, rel float64, k pcap.Kind, rec *pcap.Record) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%5d %10.6f %s:%d > %s:%d ", n, rel, rec.Src, rec.SrcPort, rec.Dst, rec.DstPort)
+	h := &rec.Packet.BTH
+	if k == pcap.KindMalformed {
+		fmt.Fprintf(&b, "MALFORMED (%d bytes): %v", len(rec.UDPPayload), rec.Err)
+		return b.String()
+	}
+	ack := 0
+	if h.AckReq {
+		ack = 1
+	}
+	fmt.Fprintf(&b, "%s dqpn=%#06x psn=%d ackreq=%d", h.Opcode, h.DestQP, h.PSN, ack)
+	if h.SE {
+		b.WriteString(" se=1")
+	}
+	if h.MigReq {
+		b.WriteString(" migreq=1")
+	}
+	if h.FECN {
+		b.WriteString(" fecn=1")
+	}
+	if h.BECN {
+		b.WriteString(" becn=1")
+	}
+	if h.PKey != bth.DefaultPKey {
+		fmt.Fprintf(&b, " pkey=%#04x", h.PKey)
+	}
+	p := &rec.Packet
+	info := h.Opcode.Info()
+	e := info.Ext
+	if e&bth.ExtDETH != 0 {
+		fmt.Fprintf(&b, " deth{qkey=%#08x srcqp=%#06x}", p.DETH.QKey, p.DETH.SrcQP)
+	}
+	if e&bth.ExtRETH != 0 {
+		fmt.Fprintf(&b, " reth{va=%#x rkey=%#08x len=%d}", p.RETH.VA, p.RETH.RKey, p.RETH.DMALength)
+	}
+	if e&bth.ExtAtomicETH != 0 {
+		fmt.Fprintf(&b, " atomiceth{va=%#x rkey=%#08x swap_add=%#x compare=%#x}", p.AtomicETH.VA, p.AtomicETH.RKey, p.AtomicETH.SwapAdd, p.AtomicETH.Compare)
+	}
+	if e&bth.ExtAETH != 0 {
+		fmt.Fprintf(&b, " aeth{%s syndrome=%#02x msn=%d}", p.AETH.Syndrome.KindName(), uint8(p.AETH.Syndrome), p.AETH.MSN)
+	}
+	if e&bth.ExtAtomicAckETH != 0 {
+		fmt.Fprintf(&b, " atomicacketh{orig=%#x}", uint64(p.AtomicAckETH))
+	}
+	if e&bth.ExtImmDt != 0 {
+		fmt.Fprintf(&b, " imm=%#08x", uint32(p.ImmDt))
+	}
+	if e&bth.ExtIETH != 0 {
+		fmt.Fprintf(&b, " ieth{rkey=%#08x}", uint32(p.IETH))
+	}
+	if h.PadCnt != 0 {
+		fmt.Fprintf(&b, " pad=%d", h.PadCnt)
+	}
+	fmt.Fprintf(&b, " payload=%d ecn=%s icrc=%s", len(p.Payload), rec.ECN, icrcWord(rec))
+	return b.String()
+}
+
+func icrcWord(rec *pcap.Record) string {
+	switch {
+	case !rec.ICRCChecked:
+		return "unchecked"
+	case rec.ICRCOK:
+		return "ok"
+	}
+	return fmt.Sprintf("bad(wire=%#08x want=%#08x)", rec.Packet.ICRC, rec.ICRCComputed)
+}
+
+type jsonPacket struct {
+	File        string        `json:"file"`
+	Frame       int           `json:"frame"`
+	Time        float64       `json:"time"`
+	Timestamp   time.Time     `json:"timestamp"`
+	Src         string        `json:"src"`
+	Dst         string        `json:"dst"`
+	SPort       uint16        `json:"sport"`
+	DPort       uint16        `json:"dport"`
+	TOS         uint8         `json:"tos"`
+	ECN         string        `json:"ecn"`
+	TTL         uint8         `json:"ttl"`
+	Error       string        `json:"error,omitempty"`
+	Opcode      *uint8        `json:"opcode,omitempty"`
+	OpcodeName  string        `json:"opcode_name,omitempty"`
+	OpcodeShort string        `json:"opcode_short,omitempty"`
+	DQPN        *uint32       `json:"dqpn,omitempty"`
+	PSN         *uint32       `json:"psn,omitempty"`
+	AckReq      *bool         `json:"ackreq,omitempty"`
+	SE          *bool         `json:"se,omitempty"`
+	MigReq      *bool         `json:"migreq,omitempty"`
+	FECN        *bool         `json:"fecn,omitempty"`
+	BECN        *bool         `json:"becn,omitempty"`
+	PKey        *uint16       `json:"pkey,omitempty"`
+	PadCnt      *uint8        `json:"padcnt,omitempty"`
+	PayloadLen  int           `json:"payload_len"`
+	ICRC        string        `json:"icrc,omitempty"`
+	ICRCOK      *bool         `json:"icrc_ok"`
+	DETH        *jsonDETH     `json:"deth,omitempty"`
+	RETH        *jsonRETH     `json:"reth,omitempty"`
+	AtomicETH   *jsonAtomic   `json:"atomiceth,omitempty"`
+	AETH        *jsonAETH     `json:"aeth,omitempty"`
+	AtomicAck   *jsonAtomicAk `json:"atomicacketh,omitempty"`
+	ImmDt       *uint32       `json:"immdt,omitempty"`
+	IETH        *uint32       `json:"ieth,omitempty"`
+}
+
+type jsonDETH struct {
+	QKey  uint32 `json:"qkey"`
+	SrcQP uint32 `json:"srcqp"`
+}
+type jsonRETH struct {
+	VA        uint64 `json:"va"`
+	RKey      uint32 `json:"rkey"`
+	DMALength uint32 `json:"dma_length"`
+}
+type jsonAtomic struct {
+	VA      uint64 `json:"va"`
+	RKey    uint32 `json:"rkey"`
+	SwapAdd uint64 `json:"swap_add"`
+	Compare uint64 `json:"compare"`
+}
+type jsonAETH struct {
+	Syndrome uint8  `json:"syndrome"`
+	MSN      uint32 `json:"msn"`
+	Kind     string `json:"kind"`
+	Value    uint8  `json:"value"` // credits, RNR timer code or NAK code
+}
+type jsonAtomicAk struct {
+	Orig uint64 `json:"orig"`
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func jsonRecord(file string, n int, rel float64, k pcap.Kind, rec *pcap.Record) *jsonPacket {
+	j := &jsonPacket{File: file, Frame: n, Time: rel, Timestamp: rec.Time, Src: rec.Src.String(), Dst: rec.Dst.String(),
+		SPort: rec.SrcPort, DPort: rec.DstPort, TOS: rec.TrafficClass, ECN: rec.ECN.String(), TTL: rec.HopLimit}
+	if k == pcap.KindMalformed {
+		j.Error = rec.Err.Error()
+		j.PayloadLen = len(rec.UDPPayload)
+		return j
+	}
+	p := &rec.Packet
+	h := &p.BTH
+	j.Opcode = ptr(uint8(h.Opcode))
+	j.OpcodeName = h.Opcode.Name()
+	j.OpcodeShort = h.Opcode.String()
+	j.DQPN, j.PSN, j.AckReq = ptr(h.DestQP), ptr(uint32(h.PSN)), ptr(h.AckReq)
+	j.SE, j.MigReq, j.FECN, j.BECN = ptr(h.SE), ptr(h.MigReq), ptr(h.FECN), ptr(h.BECN)
+	j.PKey, j.PadCnt = ptr(h.PKey), ptr(h.PadCnt)
+	j.PayloadLen = len(p.Payload)
+	j.ICRC = fmt.Sprintf("%#08x", p.ICRC)
+	if rec.ICRCChecked {
+		j.ICRCOK = ptr(rec.ICRCOK)
+	}
+	e := h.Opcode.Info().Ext
+	if e&bth.ExtDETH != 0 {
+		j.DETH = &jsonDETH{p.DETH.QKey, p.DETH.SrcQP}
+	}
+	if e&bth.ExtRETH != 0 {
+		j.RETH = &jsonRETH{p.RETH.VA, p.RETH.RKey, p.RETH.DMALength}
+	}
+	if e&bth.ExtAtomicETH != 0 {
+		j.AtomicETH = &jsonAtomic{p.AtomicETH.VA, p.AtomicETH.RKey, p.AtomicETH.SwapAdd, p.AtomicETH.Compare}
+	}
+	if e&bth.ExtAETH != 0 {
+		s := p.AETH.Syndrome
+		j.AETH = &jsonAETH{uint8(s), p.AETH.MSN, s.KindName(), s.Value()}
+	}
+	if e&bth.ExtAtomicAckETH != 0 {
+		j.AtomicAck = &jsonAtomicAk{uint64(p.AtomicAckETH)}
+	}
+	if e&bth.ExtImmDt != 0 {
+		j.ImmDt = ptr(uint32(p.ImmDt))
+	}
+	if e&bth.ExtIETH != 0 {
+		j.IETH = ptr(uint32(p.IETH))
+	}
+	return j
+}
+
+func writeSummary(out *bufio.Writer, enc *json.Encoder, asJSON bool, file string, s *pcap.Summary) {
+	if asJSON {
+		enc.Encode(struct {
+			File    string        `json:"file"`
+			Summary *pcap.Summary `json:"summary"`
+		}{file, s})
+		return
+	}
+	fmt.Fprintf(out, "summary: %d frames, %d RoCEv2 packets, %d malformed, %d non-RoCE skipped, %d bad ICRC, %d ICRC unchecked\n",
+		s.Frames, s.RoCE, s.Malformed, s.NonRoCE, s.BadICRC, s.ICRCUnchecked)
+	writeCounts(out, "opcodes", s.Opcodes)
+	writeCounts(out, "aeth", s.AETH)
+	writeCounts(out, "ecn", s.ECN)
+}
+
+func writeCounts(out *bufio.Writer, label string, m map[string]int) {
+	if len(m) == 0 {
+		return
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	fmt.Fprintf(out, "  %s:", label)
+	for _, k := range keys {
+		fmt.Fprintf(out, " %s=%d", k, m[k])
+	}
+	out.WriteByte('\n')
+}

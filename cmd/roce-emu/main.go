@@ -1,0 +1,57 @@
+// Command roce-emu is a userspace RoCEv2 peer and capture tool.
+//
+// Usage:
+//
+//	roce-emu decode [--json] FILE...
+//
+// Run "roce-emu help" for the list of commands.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+// command is one subcommand: its name, one line of help, and its entry
+// point, which returns the process exit code.
+type command struct {
+	name    string
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) int
+}
+
+var commands = []command{
+	{"decode", "decode RoCEv2 packets in pcap/pcapng captures, one line (or JSON object) per packet", runDecode},
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: roce-emu COMMAND [flags] [args]")
+	fmt.Fprintln(w, "\ncommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nrun 'roce-emu COMMAND -h' for a command's flags")
+}
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "help", "-h", "--help", "-help":
+		usage(stdout)
+		return 0
+	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			return c.run(args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "roce-emu: unknown command %q\n", args[0])
+	usage(stderr)
+	return 2
+}
