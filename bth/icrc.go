@@ -7,6 +7,10 @@ import (
 
 var ones8 = [8]byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}
 
+// ipv6First[v] is the first byte of an IPv6 header with version v and the
+// traffic class's high nibble masked to ones.
+var ipv6First = [16]byte{0x0F, 0x1F, 0x2F, 0x3F, 0x4F, 0x5F, 0x6F, 0x7F, 0x8F, 0x9F, 0xAF, 0xBF, 0xCF, 0xDF, 0xEF, 0xFF}
+
 // ICRC computes the invariant CRC of a RoCEv2 packet (IBTA Annex A17.8).
 //
 // ip is the IPv4 header (options included) or the 40-byte IPv6 fixed header
@@ -26,41 +30,42 @@ func ICRC(ip, udp, pkt []byte) (uint32, error) {
 	if len(udp) != 8 || len(pkt) < BTHLen || len(ip) == 0 {
 		return 0, ErrBadIPHeader
 	}
-	crc := crc32.Update(0, crc32.IEEETable, ones8[:])
+	// The variant fields are fed as slices of ones8 rather than by masking a
+	// copy: a copy would escape to the heap through crc32's assembly.
+	up := func(crc uint32, b []byte) uint32 { return crc32.Update(crc, crc32.IEEETable, b) }
+	ff := ones8[:]
+	crc := up(0, ff)
 	switch ip[0] >> 4 {
 	case 4:
 		ihl := int(ip[0]&0x0F) * 4
 		if ihl < 20 || len(ip) != ihl {
 			return 0, ErrBadIPHeader
 		}
-		var h [60]byte
-		copy(h[:], ip)
-		h[1] = 0xFF               // TOS
-		h[8] = 0xFF               // TTL
-		h[10], h[11] = 0xFF, 0xFF // header checksum
-		crc = crc32.Update(crc, crc32.IEEETable, h[:ihl])
+		crc = up(crc, ip[0:1])
+		crc = up(crc, ff[:1]) // TOS
+		crc = up(crc, ip[2:8])
+		crc = up(crc, ff[:1]) // TTL
+		crc = up(crc, ip[9:10])
+		crc = up(crc, ff[:2]) // header checksum
+		crc = up(crc, ip[12:ihl])
 	case 6:
-		if len(ip) != 40 {
+		if len(ip) != IPv6Len {
 			return 0, ErrBadIPHeader
 		}
-		var h [40]byte
-		copy(h[:], ip)
-		h[0] |= 0x0F // traffic class, high nibble
-		h[1] = 0xFF  // traffic class low nibble, flow label
-		h[2], h[3] = 0xFF, 0xFF
-		h[7] = 0xFF // hop limit
-		crc = crc32.Update(crc, crc32.IEEETable, h[:])
+		// Version nibble, then traffic class and flow label all ones.
+		crc = up(crc, ipv6First[ip[0]>>4:ip[0]>>4+1])
+		crc = up(crc, ff[:3])
+		crc = up(crc, ip[4:7])
+		crc = up(crc, ff[:1]) // hop limit
+		crc = up(crc, ip[8:40])
 	default:
 		return 0, ErrBadIPHeader
 	}
-	var u [8]byte
-	copy(u[:], udp)
-	u[6], u[7] = 0xFF, 0xFF
-	crc = crc32.Update(crc, crc32.IEEETable, u[:])
-	var bth [BTHLen]byte
-	copy(bth[:], pkt)
-	bth[4] = 0xFF
-	crc = crc32.Update(crc, crc32.IEEETable, bth[:])
+	crc = up(crc, udp[0:6])
+	crc = up(crc, ff[:2]) // UDP checksum
+	crc = up(crc, pkt[0:4])
+	crc = up(crc, ff[:1]) // FECN, BECN, reserved
+	crc = up(crc, pkt[5:BTHLen])
 	return crc32.Update(crc, crc32.IEEETable, pkt[BTHLen:]), nil
 }
 

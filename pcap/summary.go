@@ -1,6 +1,9 @@
 package pcap
 
 import (
+	"fmt"
+	"sort"
+
 	"github.com/roce-emu/roce-emu/bth"
 )
 
@@ -18,11 +21,55 @@ type Summary struct {
 	Opcodes       map[string]int `json:"opcodes"`
 	AETH          map[string]int `json:"aeth_kinds"`
 	ECN           map[string]int `json:"ecn"`
+	Flows         []*Flow        `json:"flows"` // in order of first appearance
+
+	flowIndex map[flowKey]*Flow
+}
+
+// Flow is the traffic from one address to one destination QP in one PSN
+// space, as a capture shows it. Requests (SEND, WRITE, READ request,
+// atomics, UD datagrams, CNPs) and responses (ACKs, READ responses, atomic
+// ACKs) are separate flows even between the same QPs: a response carries
+// the PSN of the request it answers, so it lives in the requester's PSN
+// space.
+type Flow struct {
+	Src      string `json:"src"`
+	Dst      string `json:"dst"`
+	DestQP   uint32 `json:"dqpn"`
+	Response bool   `json:"response"`
+	SrcPorts []int  `json:"sports"` // UDP source ports seen
+	Packets  int    `json:"packets"`
+	// FirstPSN and LastPSN are the first and the highest PSN seen (in
+	// 24-bit sequence order).
+	FirstPSN uint32 `json:"first_psn"`
+	LastPSN  uint32 `json:"last_psn"`
+	// Messages counts packets that end a message (Last or Only) and READ
+	// requests and atomics, which are messages of one request packet.
+	Messages int `json:"messages"`
+	// Retransmitted counts request and response packets whose PSN is not
+	// after the highest PSN already seen in the flow: go-back-N resends and
+	// duplicates. ACKs are not counted: repeating a PSN is their nature.
+	Retransmitted int `json:"retransmitted"`
+	PayloadBytes  int `json:"payload_bytes"`
+	ACKs          int `json:"acks"`     // ACK syndromes (on ACKs, atomic ACKs and READ responses)
+	NAKs          int `json:"naks"`     // NAK syndromes of every code
+	RNRNAKs       int `json:"rnr_naks"` // RNR NAKs
+	CNPs          int `json:"cnps"`
+	CE            int `json:"ce"` // packets that arrived marked CE
+	// LastMSN is the MSN of the last AETH seen, when any.
+	LastMSN *uint32 `json:"last_msn,omitempty"`
+}
+
+type flowKey struct {
+	src, dst string
+	qpn      uint32
+	response bool
 }
 
 // NewSummary returns an empty Summary.
 func NewSummary() *Summary {
-	return &Summary{Opcodes: map[string]int{}, AETH: map[string]int{}, ECN: map[string]int{}}
+	return &Summary{Opcodes: map[string]int{}, AETH: map[string]int{}, ECN: map[string]int{},
+		Flows: []*Flow{}, flowIndex: map[flowKey]*Flow{}}
 }
 
 // Add counts one decoded frame.
@@ -37,11 +84,10 @@ func (s *Summary) Add(k Kind, rec *Record) {
 		return
 	}
 	s.RoCE++
-	op := rec.Packet.BTH.Opcode
+	p := &rec.Packet
+	op := p.BTH.Opcode
+	info := op.Info()
 	s.Opcodes[op.String()]++
-	if op.Info().Ext&bth.ExtAETH != 0 {
-		s.AETH[rec.Packet.AETH.Syndrome.KindName()]++
-	}
 	s.ECN[rec.ECN.String()]++
 	switch {
 	case !rec.ICRCChecked:
@@ -49,4 +95,83 @@ func (s *Summary) Add(k Kind, rec *Record) {
 	case !rec.ICRCOK:
 		s.BadICRC++
 	}
+
+	response := info.Op == bth.OpAcknowledge || info.Op == bth.OpAtomicAcknowledge || info.Op == bth.OpReadResponse
+	key := flowKey{rec.Src.String(), rec.Dst.String(), p.BTH.DestQP, response}
+	f := s.flowIndex[key]
+	psn := uint32(p.BTH.PSN)
+	if f == nil {
+		f = &Flow{Src: key.src, Dst: key.dst, DestQP: key.qpn, Response: response, FirstPSN: psn, LastPSN: psn}
+		s.flowIndex[key] = f
+		s.Flows = append(s.Flows, f)
+	} else if info.Op != bth.OpAcknowledge && info.Op != bth.OpAtomicAcknowledge && info.Op != bth.OpCNP &&
+		!p.BTH.PSN.After(bth.PSN(f.LastPSN)) {
+		f.Retransmitted++
+	}
+	if p.BTH.PSN.After(bth.PSN(f.LastPSN)) {
+		f.LastPSN = psn
+	}
+	if !containsPort(f.SrcPorts, int(rec.SrcPort)) {
+		f.SrcPorts = append(f.SrcPorts, int(rec.SrcPort))
+		sort.Ints(f.SrcPorts)
+	}
+	f.Packets++
+	f.PayloadBytes += len(p.Payload)
+	if info.Ends() || info.Op == bth.OpReadRequest || info.Op == bth.OpCompareSwap || info.Op == bth.OpFetchAdd {
+		if info.Op != bth.OpReadResponse {
+			f.Messages++
+		}
+	}
+	if info.Op == bth.OpCNP {
+		f.CNPs++
+	}
+	if rec.ECN == bth.CE {
+		f.CE++
+	}
+	if info.Ext&bth.ExtAETH != 0 {
+		syn := p.AETH.Syndrome
+		s.AETH[syn.KindName()]++
+		switch syn.Kind() {
+		case bth.KindACK:
+			f.ACKs++
+		case bth.KindRNRNAK:
+			f.RNRNAKs++
+		case bth.KindNAK:
+			f.NAKs++
+		}
+		msn := p.AETH.MSN
+		f.LastMSN = &msn
+	}
+}
+
+func containsPort(ports []int, p int) bool {
+	for _, q := range ports {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+// String describes a flow on one line.
+func (f *Flow) String() string {
+	dir := "requests"
+	if f.Response {
+		dir = "responses"
+	}
+	s := fmt.Sprintf("%s %s > %s dqpn=%#06x packets=%d psn=%d..%d messages=%d payload=%dB retransmitted=%d",
+		dir, f.Src, f.Dst, f.DestQP, f.Packets, f.FirstPSN, f.LastPSN, f.Messages, f.PayloadBytes, f.Retransmitted)
+	if f.ACKs+f.NAKs+f.RNRNAKs > 0 {
+		s += fmt.Sprintf(" acks=%d naks=%d rnr_naks=%d", f.ACKs, f.NAKs, f.RNRNAKs)
+	}
+	if f.LastMSN != nil {
+		s += fmt.Sprintf(" last_msn=%d", *f.LastMSN)
+	}
+	if f.CNPs > 0 {
+		s += fmt.Sprintf(" cnps=%d", f.CNPs)
+	}
+	if f.CE > 0 {
+		s += fmt.Sprintf(" ce=%d", f.CE)
+	}
+	return s
 }

@@ -295,6 +295,9 @@ func writeSummary(out *bufio.Writer, enc *json.Encoder, asJSON bool, file string
 	writeCounts(out, "opcodes", s.Opcodes)
 	writeCounts(out, "aeth", s.AETH)
 	writeCounts(out, "ecn", s.ECN)
+	for _, f := range s.Flows {
+		fmt.Fprintf(out, "  flow %s\n", f)
+	}
 }
 
 func writeCounts(out *bufio.Writer, label string, m map[string]int) {
