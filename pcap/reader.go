@@ -36,6 +36,7 @@ type Reader struct {
 	format string // "pcap" or "pcapng"
 	pcap   *pcapgo.Reader
 	ng     *pcapgo.NgReader
+	bound  *ngBoundary
 	closer io.Closer
 	frames int
 }
@@ -78,11 +79,12 @@ func NewReader(r io.Reader) (*Reader, error) {
 		}
 		return &Reader{format: "pcap", pcap: pr}, nil
 	case 0x0A0D0D0A:
-		nr, err := pcapgo.NewNgReader(br, pcapgo.NgReaderOptions{WantMixedLinkType: true, SkipUnknownVersion: true})
+		bound := &ngBoundary{r: br}
+		nr, err := pcapgo.NewNgReader(bound, pcapgo.NgReaderOptions{WantMixedLinkType: true, SkipUnknownVersion: true})
 		if err != nil {
 			return nil, fmt.Errorf("%w: bad pcapng section header: %v", ErrNotCapture, err)
 		}
-		return &Reader{format: "pcapng", ng: nr}, nil
+		return &Reader{format: "pcapng", ng: nr, bound: bound}, nil
 	}
 	return nil, fmt.Errorf("%w: the file starts with % x", ErrNotCapture, magic)
 }
@@ -105,6 +107,10 @@ func (r *Reader) Next() (data []byte, ci gopacket.CaptureInfo, lt layers.LinkTyp
 		}
 	}
 	switch {
+	case err == io.EOF && (ci.CaptureLength > 0 || r.bound != nil && r.bound.cut()):
+		// pcapgo says io.EOF when a record's header was read but none of
+		// its data, and for any short read inside a pcapng block.
+		return nil, ci, lt, fmt.Errorf("%w after %d frames", ErrTruncatedCapture, r.frames)
 	case err == io.EOF:
 		return nil, ci, lt, io.EOF
 	case errors.Is(err, io.ErrUnexpectedEOF):
