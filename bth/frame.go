@@ -62,7 +62,9 @@ func SourcePort(flowLabel, localQPN, remoteQPN uint32) uint16 {
 // The zero values of DstPort and HopLimit mean 4791 and 64. IPv4 headers
 // get DF set, no options and ID as given (0 by default, what Linux puts on a
 // DF datagram from an unconnected UDP socket); UDP checksums are 0, as rxe
-// sends them.
+// sends them, IPv6 included: rxe writes 0 there too and its tunnel socket
+// accepts zero IPv6 UDP checksums (RFC 6935 allows them for tunnels), though
+// Wireshark flags them as illegal.
 type Encap struct {
 	SrcMAC, DstMAC [6]byte
 	Src, Dst       netip.Addr
