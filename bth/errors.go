@@ -38,8 +38,11 @@ type DecodeError struct {
 	Err    error  // one of the sentinel errors above
 	Header string // "BTH", "RETH", ..., "ICRC", "payload"
 	Opcode Opcode
-	Need   int // bytes needed (ErrTruncated, ErrPadCnt)
-	Have   int // bytes present
+	// OpcodeKnown says Opcode is the packet's: false for the errors of the
+	// stand-alone header decoders, which see no BTH.
+	OpcodeKnown bool
+	Need        int // bytes needed (ErrTruncated, ErrPadCnt)
+	Have        int // bytes present
 }
 
 func (e *DecodeError) Error() string {
@@ -47,7 +50,7 @@ func (e *DecodeError) Error() string {
 	if e.Header != "" {
 		s += " in " + e.Header
 	}
-	if e.Header != "BTH" || e.Need == 0 {
+	if e.OpcodeKnown {
 		s += " (opcode " + e.Opcode.String() + ")"
 	}
 	if e.Need != 0 || e.Have != 0 {

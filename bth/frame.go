@@ -162,7 +162,7 @@ func (e *Encap) ICRC(pkt []byte) (uint32, error) {
 // header (EtherType 0x0800 or 0x86DD), IP, UDP, and p with its PadCnt and
 // ICRC computed. There is no Ethernet FCS. On error b is returned unchanged.
 func (e *Encap) AppendFrame(b []byte, p *Packet) ([]byte, error) {
-	start := len(b)
+	orig := b
 	n := p.Len()
 	if n == 0 {
 		_, err := p.AppendHeaders(nil)
@@ -177,11 +177,11 @@ func (e *Encap) AppendFrame(b []byte, p *Packet) ([]byte, error) {
 	}
 	b, err := e.AppendIPUDP(b, n)
 	if err != nil {
-		return b[:start], err
+		return orig, err
 	}
 	b, err = p.Append(b, e)
 	if err != nil {
-		return b[:start], err
+		return orig, err
 	}
 	return b, nil
 }
@@ -205,4 +205,22 @@ func (e *Encap) String() string {
 	}
 	return netip.AddrPortFrom(e.Src, e.SrcPort).String() + " -> " +
 		netip.AddrPortFrom(e.Dst, dport).String() + " tc=" + strconv.Itoa(int(e.TrafficClass))
+}
+
+// VerifyICRC checks the ICRC at the end of roce, a whole UDP payload, as if
+// it travelled inside the headers e describes: what a receiver with only a
+// UDP socket can do when it knows how the sender builds its IP header
+// (Linux: ID 0 on a DF datagram from an unconnected socket). Errors are as
+// for VerifyICRC.
+func (e *Encap) VerifyICRC(roce []byte) (got, want uint32, err error) {
+	if len(roce) < BTHLen+ICRCLen {
+		return 0, 0, &DecodeError{Err: ErrTruncated, Header: "ICRC", Need: BTHLen + ICRCLen, Have: len(roce)}
+	}
+	end := len(roce) - ICRCLen
+	got = binary.LittleEndian.Uint32(roce[end:])
+	want, err = e.ICRC(roce[:end])
+	if err == nil && got != want {
+		err = ErrBadICRC
+	}
+	return got, want, err
 }

@@ -87,13 +87,13 @@ func (h *BTH) Append(b []byte) []byte {
 func (h *BTH) Check() error {
 	switch {
 	case h.DestQP > 0xFFFFFF:
-		return &DecodeError{Err: ErrFieldRange, Header: "BTH DestQP", Opcode: h.Opcode}
+		return &DecodeError{Err: ErrFieldRange, Header: "BTH DestQP", Opcode: h.Opcode, OpcodeKnown: true}
 	case !h.PSN.Valid():
-		return &DecodeError{Err: ErrFieldRange, Header: "BTH PSN", Opcode: h.Opcode}
+		return &DecodeError{Err: ErrFieldRange, Header: "BTH PSN", Opcode: h.Opcode, OpcodeKnown: true}
 	case h.PadCnt > 3:
-		return &DecodeError{Err: ErrFieldRange, Header: "BTH PadCnt", Opcode: h.Opcode}
+		return &DecodeError{Err: ErrFieldRange, Header: "BTH PadCnt", Opcode: h.Opcode, OpcodeKnown: true}
 	case h.TVer > 0x0F:
-		return &DecodeError{Err: ErrFieldRange, Header: "BTH TVer", Opcode: h.Opcode}
+		return &DecodeError{Err: ErrFieldRange, Header: "BTH TVer", Opcode: h.Opcode, OpcodeKnown: true}
 	}
 	return nil
 }

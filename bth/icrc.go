@@ -30,9 +30,10 @@ func ICRC(ip, udp, pkt []byte) (uint32, error) {
 	if len(udp) != 8 || len(pkt) < BTHLen || len(ip) == 0 {
 		return 0, ErrBadIPHeader
 	}
-	// The variant fields are fed as slices of ones8 rather than by masking a
-	// copy: a copy would escape to the heap through crc32's assembly.
-	up := func(crc uint32, b []byte) uint32 { return crc32.Update(crc, crc32.IEEETable, b) }
+	// The headers go through update, which keeps them off the heap (they
+	// may be a caller's stack array); the variant fields are fed as slices
+	// of ones8.
+	up := update
 	ff := ones8[:]
 	crc := up(0, ff)
 	switch ip[0] >> 4 {
@@ -67,6 +68,19 @@ func ICRC(ip, udp, pkt []byte) (uint32, error) {
 	crc = up(crc, ff[:1]) // FECN, BECN, reserved
 	crc = up(crc, pkt[5:BTHLen])
 	return crc32.Update(crc, crc32.IEEETable, pkt[BTHLen:]), nil
+}
+
+// update is crc32.Update(crc, crc32.IEEETable, p) one byte at a time with
+// the standard library's table. crc32.Update hands p to an assembly
+// routine through a function variable, which makes every slice passed to
+// it escape; the few header bytes go through here instead, so that the
+// headers Encap.ICRC builds on its stack stay there.
+func update(crc uint32, p []byte) uint32 {
+	crc = ^crc
+	for _, b := range p {
+		crc = crc32.IEEETable[byte(crc)^b] ^ crc>>8
+	}
+	return ^crc
 }
 
 // VerifyICRC checks the ICRC at the end of roce, a whole UDP payload (BTH to

@@ -42,10 +42,10 @@ func (p *Packet) Decode(b []byte) error {
 	op := p.BTH.Opcode
 	info := op.Info()
 	if info == nil {
-		return &DecodeError{Err: ErrUnknownOpcode, Header: "BTH", Opcode: op}
+		return &DecodeError{Err: ErrUnknownOpcode, Header: "BTH", Opcode: op, OpcodeKnown: true}
 	}
 	if p.BTH.TVer != 0 {
-		return &DecodeError{Err: ErrTVer, Header: "BTH", Opcode: op}
+		return &DecodeError{Err: ErrTVer, Header: "BTH", Opcode: op, OpcodeKnown: true}
 	}
 	off := BTHLen
 	for _, x := range extOrder {
@@ -53,7 +53,7 @@ func (p *Packet) Decode(b []byte) error {
 			continue
 		}
 		if len(b) < off+x.size {
-			return &DecodeError{Err: ErrTruncated, Header: x.name, Opcode: op, Need: off + x.size, Have: len(b)}
+			return &DecodeError{Err: ErrTruncated, Header: x.name, Opcode: op, OpcodeKnown: true, Need: off + x.size, Have: len(b)}
 		}
 		h := b[off:]
 		switch x.ext {
@@ -75,16 +75,16 @@ func (p *Packet) Decode(b []byte) error {
 		off += x.size
 	}
 	if len(b) < off+ICRCLen {
-		return &DecodeError{Err: ErrTruncated, Header: "ICRC", Opcode: op, Need: off + ICRCLen, Have: len(b)}
+		return &DecodeError{Err: ErrTruncated, Header: "ICRC", Opcode: op, OpcodeKnown: true, Need: off + ICRCLen, Have: len(b)}
 	}
 	end := len(b) - ICRCLen
 	rest := b[off:end]
 	pad := int(p.BTH.PadCnt)
 	if !info.Payload && len(rest) != 0 {
-		return &DecodeError{Err: ErrUnexpectedPayload, Header: "payload", Opcode: op, Need: off + ICRCLen, Have: len(b)}
+		return &DecodeError{Err: ErrUnexpectedPayload, Header: "payload", Opcode: op, OpcodeKnown: true, Need: off + ICRCLen, Have: len(b)}
 	}
 	if pad > len(rest) {
-		return &DecodeError{Err: ErrPadCnt, Header: "payload", Opcode: op, Need: off + pad + ICRCLen, Have: len(b)}
+		return &DecodeError{Err: ErrPadCnt, Header: "payload", Opcode: op, OpcodeKnown: true, Need: off + pad + ICRCLen, Have: len(b)}
 	}
 	p.Payload = rest[: len(rest)-pad : len(rest)-pad]
 	p.ICRC = binary.LittleEndian.Uint32(b[end:])
@@ -112,10 +112,10 @@ func PadLen(n int) int { return -n & 3 }
 func (p *Packet) AppendHeaders(b []byte) ([]byte, error) {
 	info := p.BTH.Opcode.Info()
 	if info == nil {
-		return b, &DecodeError{Err: ErrUnknownOpcode, Header: "BTH", Opcode: p.BTH.Opcode}
+		return b, &DecodeError{Err: ErrUnknownOpcode, Header: "BTH", Opcode: p.BTH.Opcode, OpcodeKnown: true}
 	}
 	if !info.Payload && len(p.Payload) != 0 {
-		return b, &DecodeError{Err: ErrUnexpectedPayload, Header: "payload", Opcode: p.BTH.Opcode, Have: len(p.Payload)}
+		return b, &DecodeError{Err: ErrUnexpectedPayload, Header: "payload", Opcode: p.BTH.Opcode, OpcodeKnown: true, Have: len(p.Payload)}
 	}
 	h := p.BTH
 	h.PadCnt = uint8(PadLen(len(p.Payload)))
@@ -123,10 +123,10 @@ func (p *Packet) AppendHeaders(b []byte) ([]byte, error) {
 		return b, err
 	}
 	if info.Ext&ExtAETH != 0 && p.AETH.MSN > 0xFFFFFF {
-		return b, &DecodeError{Err: ErrFieldRange, Header: "AETH MSN", Opcode: h.Opcode}
+		return b, &DecodeError{Err: ErrFieldRange, Header: "AETH MSN", Opcode: h.Opcode, OpcodeKnown: true}
 	}
 	if info.Ext&ExtDETH != 0 && p.DETH.SrcQP > 0xFFFFFF {
-		return b, &DecodeError{Err: ErrFieldRange, Header: "DETH SrcQP", Opcode: h.Opcode}
+		return b, &DecodeError{Err: ErrFieldRange, Header: "DETH SrcQP", Opcode: h.Opcode, OpcodeKnown: true}
 	}
 	b = h.Append(b)
 	for _, x := range extOrder {
@@ -173,14 +173,14 @@ func (p *Packet) AppendTransport(b []byte) ([]byte, error) {
 // inside the IP and UDP headers that e describes. On error b is returned
 // unchanged.
 func (p *Packet) Append(b []byte, e *Encap) ([]byte, error) {
-	start := len(b)
+	orig := b
 	b, err := p.AppendTransport(b)
 	if err != nil {
-		return b[:start], err
+		return orig, err
 	}
-	crc, err := e.ICRC(b[start:])
+	crc, err := e.ICRC(b[len(orig):])
 	if err != nil {
-		return b[:start], err
+		return orig, err
 	}
 	return binary.LittleEndian.AppendUint32(b, crc), nil
 }

@@ -177,7 +177,7 @@ func (e *ext) opcode() bth.Opcode {
 func (e *ext) split(data []byte, size int, name string, df gopacket.DecodeFeedback) error {
 	if len(data) < size {
 		df.SetTruncated()
-		return &bth.DecodeError{Err: bth.ErrTruncated, Header: name, Opcode: e.opcode(), Need: size, Have: len(data)}
+		return &bth.DecodeError{Err: bth.ErrTruncated, Header: name, Opcode: e.opcode(), OpcodeKnown: true, Need: size, Have: len(data)}
 	}
 	e.BaseLayer = layers.BaseLayer{Contents: data[:size], Payload: data[size:]}
 	return nil
