@@ -1,0 +1,500 @@
+package qp
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/roce-emu/roce-emu/bth"
+)
+
+// Limits of this implementation. IBTA allows more in places; these are
+// rxe's values where rxe has one.
+const (
+	// MaxUnackedPSNs bounds the PSNs a requester has in flight
+	// (rxe's RXE_MAX_UNACKED_PSNS).
+	MaxUnackedPSNs = 128
+	// AckReqInterval: besides the last packet of each message, a requester
+	// asks for an ACK once every this many packets (rxe's RXE_MAX_PKT_PER_ACK).
+	AckReqInterval = 64
+	// MaxMessage is the largest message, 2^31 bytes (IBTA C9-16 / ibv_port_attr.max_msg_sz).
+	MaxMessage = 1 << 31
+	// MaxRdAtomicLimit caps max_rd_atomic and max_dest_rd_atomic.
+	MaxRdAtomicLimit = 128
+	// maxOutQueue bounds the responder's queue of ACKs and READ responses.
+	maxOutQueue = 1024
+)
+
+// InitAttr describes a QP at creation, as ibv_qp_init_attr.
+type InitAttr struct {
+	PD        *PD
+	SendCQ    *CQ
+	RecvCQ    *CQ
+	QPN       uint32 // 24 bits, not 0 or 1; the driver allocates it
+	MaxSendWR int    // send queue depth; 0 means 256
+	MaxRecvWR int    // receive queue depth; 0 means 256
+	SQSigAll  bool   // every send WQE completes with a CQE, as sq_sig_all
+	// StrictRetryCount makes retry_cnt 7 mean seven retries, as IBTA
+	// says. By default 7 never runs out, as in rxe, which never decrements
+	// it (ROCEV2.md section 4: 367 retransmissions in 25 s).
+	StrictRetryCount bool
+}
+
+// AddressVector is where a QP's packets go (ibv_ah_attr with its GRH),
+// for the driver: qp itself only carries it.
+type AddressVector struct {
+	Remote       netip.AddrPort // remote address and UDP port; port 0 means 4791
+	Local        netip.Addr     // local address the QP sends from and accepts packets at
+	TrafficClass uint8          // IPv4 TOS / IPv6 traffic class: DSCP<<2 | ECN
+	HopLimit     uint8          // TTL; 0 means 64
+	FlowLabel    uint32         // 20 bits; also picks the UDP source port (bth.SourcePort)
+}
+
+// Attr is a set of QP attributes, as ibv_qp_attr. Modify reads the fields
+// that its mask names.
+type Attr struct {
+	State           State
+	PathMTU         MTU
+	DestQPN         uint32
+	RQPSN           bth.PSN // first PSN expected from the remote requester
+	SQPSN           bth.PSN // first PSN this requester sends
+	Timeout         uint8   // local ACK timeout: 4.096 us * 2^Timeout; 0 waits forever (0-31)
+	RetryCnt        uint8   // transport retries (0-7)
+	RNRRetry        uint8   // RNR retries (0-7; 7 is infinite)
+	MinRNRTimer     uint8   // RNR NAK timer code this responder sends (0-31, IBTA Table 45)
+	MaxRdAtomic     uint8   // READ/atomic requests in flight as requester
+	MaxDestRdAtomic uint8   // READ/atomic requests remembered as responder
+	AccessFlags     Access  // remote operations the responder allows (REMOTE_*)
+	PKey            uint16  // partition key; 0 means 0xFFFF
+	AV              AddressVector
+}
+
+// AttrMask says which Attr fields Modify applies, as ibv_qp_attr_mask.
+type AttrMask uint32
+
+// Attribute mask bits (the ibv_qp_attr_mask values).
+const (
+	IBV_QP_STATE              AttrMask = 1 << 0
+	IBV_QP_ACCESS_FLAGS       AttrMask = 1 << 3
+	IBV_QP_PKEY_INDEX         AttrMask = 1 << 4
+	IBV_QP_PORT               AttrMask = 1 << 5
+	IBV_QP_AV                 AttrMask = 1 << 7
+	IBV_QP_PATH_MTU           AttrMask = 1 << 8
+	IBV_QP_TIMEOUT            AttrMask = 1 << 9
+	IBV_QP_RETRY_CNT          AttrMask = 1 << 10
+	IBV_QP_RNR_RETRY          AttrMask = 1 << 11
+	IBV_QP_RQ_PSN             AttrMask = 1 << 12
+	IBV_QP_MAX_QP_RD_ATOMIC   AttrMask = 1 << 13
+	IBV_QP_MIN_RNR_TIMER      AttrMask = 1 << 15
+	IBV_QP_SQ_PSN             AttrMask = 1 << 16
+	IBV_QP_MAX_DEST_RD_ATOMIC AttrMask = 1 << 17
+	IBV_QP_DEST_QPN           AttrMask = 1 << 20
+)
+
+// transition lists, for one state change, the attributes it requires and
+// those it allows (IBTA 11.2.4.2 Table 91 for RC, as Linux's
+// ib_modify_qp_is_ok; the port and P_Key index are optional here since an
+// emulated device has one port and one P_Key).
+type transition struct{ req, opt AttrMask }
+
+var transitions = map[[2]State]transition{
+	{IBV_QPS_RESET, IBV_QPS_INIT}: {IBV_QP_ACCESS_FLAGS, IBV_QP_PKEY_INDEX | IBV_QP_PORT},
+	{IBV_QPS_INIT, IBV_QPS_INIT}:  {0, IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT},
+	{IBV_QPS_INIT, IBV_QPS_RTR}: {IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+		IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER, IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX},
+	{IBV_QPS_RTR, IBV_QPS_RTS}: {IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+		IBV_QP_MAX_QP_RD_ATOMIC, IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER},
+	{IBV_QPS_RTS, IBV_QPS_RTS}: {0, IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER | IBV_QP_TIMEOUT |
+		IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_AV},
+	{IBV_QPS_RTS, IBV_QPS_SQD}: {0, 0},
+	{IBV_QPS_SQD, IBV_QPS_RTS}: {0, IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER},
+	{IBV_QPS_SQD, IBV_QPS_SQD}: {0, IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER | IBV_QP_TIMEOUT |
+		IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_MAX_QP_RD_ATOMIC |
+		IBV_QP_MAX_DEST_RD_ATOMIC},
+	{IBV_QPS_SQE, IBV_QPS_RTS}: {0, IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER},
+}
+
+// Errors of QP creation, modification and posting.
+var (
+	ErrBadTransition = errors.New("qp: invalid state transition")
+	ErrBadAttr       = errors.New("qp: invalid attribute")
+	ErrQueueFull     = errors.New("qp: work queue full")
+	ErrBadState      = errors.New("qp: QP state does not allow this")
+	ErrBadWR         = errors.New("qp: invalid work request")
+)
+
+// QP is a Reliable Connected queue pair: a requester (send queue and
+// completer) and a responder (receive queue) sharing a PSN space with one
+// remote QP. See the package comment for how a driver runs it.
+type QP struct {
+	QPN      uint32
+	pd       *PD
+	scq, rcq *CQ
+	sigAll   bool
+	strict   bool
+	maxSend  int
+	maxRecv  int
+	state    State
+	attr     Attr
+	Counters Counters
+
+	req  requester
+	resp responder
+}
+
+// New creates a QP in the RESET state.
+func New(init InitAttr) (*QP, error) {
+	if init.PD == nil || init.SendCQ == nil || init.RecvCQ == nil {
+		return nil, fmt.Errorf("%w: a QP needs a PD, a send CQ and a receive CQ", ErrBadAttr)
+	}
+	if init.QPN < 2 || init.QPN > 0xFFFFFF {
+		return nil, fmt.Errorf("%w: QPN %#x (must be 2..0xFFFFFF; 0 and 1 are special)", ErrBadAttr, init.QPN)
+	}
+	if init.MaxSendWR == 0 {
+		init.MaxSendWR = 256
+	}
+	if init.MaxRecvWR == 0 {
+		init.MaxRecvWR = 256
+	}
+	if init.MaxSendWR < 0 || init.MaxRecvWR < 0 {
+		return nil, fmt.Errorf("%w: negative queue depth", ErrBadAttr)
+	}
+	q := &QP{QPN: init.QPN, pd: init.PD, scq: init.SendCQ, rcq: init.RecvCQ, sigAll: init.SQSigAll,
+		strict: init.StrictRetryCount, maxSend: init.MaxSendWR, maxRecv: init.MaxRecvWR}
+	q.reset()
+	return q, nil
+}
+
+// State returns the current state.
+func (q *QP) State() State { return q.state }
+
+// Attr returns the current attributes (State included).
+func (q *QP) Attr() Attr {
+	a := q.attr
+	a.State = q.state
+	return a
+}
+
+// PD returns the QP's protection domain.
+func (q *QP) PD() *PD { return q.pd }
+
+func (q *QP) reset() {
+	q.state = IBV_QPS_RESET
+	q.attr = Attr{PathMTU: IBV_MTU_1024, PKey: bth.DefaultPKey}
+	q.req = requester{}
+	q.resp = responder{}
+}
+
+// Modify changes attributes and state, as ibv_modify_qp. The mask must hold
+// IBV_QP_STATE to change state, every attribute the transition requires,
+// and only attributes it allows (IBTA 11.2.4.2). Values are checked: path
+// MTU 256-4096, retry counts 0-7, timer codes 0-31, 24-bit QPNs and PSNs,
+// read/atomic depths up to 128. On error nothing changes.
+//
+// Moving to ERR flushes every outstanding work request with
+// IBV_WC_WR_FLUSH_ERR; moving to RESET discards them without completions.
+func (q *QP) Modify(attr *Attr, mask AttrMask) error {
+	from, to := q.state, q.state
+	if mask&IBV_QP_STATE != 0 {
+		to = attr.State
+	}
+	if to > IBV_QPS_ERR {
+		return fmt.Errorf("%w: state %d", ErrBadAttr, to)
+	}
+	rest := mask &^ IBV_QP_STATE
+	switch {
+	case to == IBV_QPS_RESET || to == IBV_QPS_ERR:
+		if rest != 0 {
+			return fmt.Errorf("%w: %s -> %s takes no attributes (mask %#x)", ErrBadTransition, from, to, uint32(rest))
+		}
+	default:
+		t, ok := transitions[[2]State{from, to}]
+		if !ok {
+			return fmt.Errorf("%w: %s -> %s", ErrBadTransition, from, to)
+		}
+		if missing := t.req &^ rest; missing != 0 {
+			return fmt.Errorf("%w: %s -> %s needs attributes %s", ErrBadTransition, from, to, missing)
+		}
+		if extra := rest &^ (t.req | t.opt); extra != 0 {
+			return fmt.Errorf("%w: %s -> %s does not take attributes %s", ErrBadTransition, from, to, extra)
+		}
+	}
+	if err := checkAttr(attr, rest); err != nil {
+		return err
+	}
+
+	a := &q.attr
+	if rest&IBV_QP_ACCESS_FLAGS != 0 {
+		a.AccessFlags = attr.AccessFlags
+	}
+	if rest&IBV_QP_AV != 0 {
+		a.AV = attr.AV
+	}
+	if rest&IBV_QP_PATH_MTU != 0 {
+		a.PathMTU = attr.PathMTU
+	}
+	if rest&IBV_QP_DEST_QPN != 0 {
+		a.DestQPN = attr.DestQPN
+	}
+	if rest&IBV_QP_RQ_PSN != 0 {
+		a.RQPSN = attr.RQPSN
+		q.resp.ePSN = attr.RQPSN
+	}
+	if rest&IBV_QP_SQ_PSN != 0 {
+		a.SQPSN = attr.SQPSN
+		q.req.sendPSN = attr.SQPSN
+		q.req.compPSN = attr.SQPSN
+	}
+	if rest&IBV_QP_TIMEOUT != 0 {
+		a.Timeout = attr.Timeout
+	}
+	if rest&IBV_QP_RETRY_CNT != 0 {
+		a.RetryCnt = attr.RetryCnt
+		q.req.retryLeft = attr.RetryCnt
+	}
+	if rest&IBV_QP_RNR_RETRY != 0 {
+		a.RNRRetry = attr.RNRRetry
+		q.req.rnrLeft = attr.RNRRetry
+	}
+	if rest&IBV_QP_MIN_RNR_TIMER != 0 {
+		a.MinRNRTimer = attr.MinRNRTimer
+	}
+	if rest&IBV_QP_MAX_QP_RD_ATOMIC != 0 {
+		a.MaxRdAtomic = attr.MaxRdAtomic
+	}
+	if rest&IBV_QP_MAX_DEST_RD_ATOMIC != 0 {
+		a.MaxDestRdAtomic = attr.MaxDestRdAtomic
+	}
+	if rest&IBV_QP_PKEY_INDEX != 0 && attr.PKey != 0 {
+		a.PKey = attr.PKey
+	}
+	switch to {
+	case IBV_QPS_RESET:
+		q.flush(false)
+		q.reset()
+		return nil
+	case IBV_QPS_ERR:
+		q.toError()
+		return nil
+	}
+	q.state = to
+	return nil
+}
+
+func checkAttr(a *Attr, m AttrMask) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrBadAttr}, args...)...)
+	}
+	switch {
+	case m&IBV_QP_PATH_MTU != 0 && a.PathMTU.Bytes() == 0:
+		return bad("path MTU code %d (1=256 ... 5=4096)", a.PathMTU)
+	case m&IBV_QP_DEST_QPN != 0 && (a.DestQPN > 0xFFFFFF || a.DestQPN < 2):
+		return bad("destination QPN %#x", a.DestQPN)
+	case m&IBV_QP_RQ_PSN != 0 && !a.RQPSN.Valid():
+		return bad("RQ PSN %#x is over 24 bits", uint32(a.RQPSN))
+	case m&IBV_QP_SQ_PSN != 0 && !a.SQPSN.Valid():
+		return bad("SQ PSN %#x is over 24 bits", uint32(a.SQPSN))
+	case m&IBV_QP_TIMEOUT != 0 && a.Timeout > 31:
+		return bad("timeout %d (0-31)", a.Timeout)
+	case m&IBV_QP_RETRY_CNT != 0 && a.RetryCnt > 7:
+		return bad("retry_cnt %d (0-7)", a.RetryCnt)
+	case m&IBV_QP_RNR_RETRY != 0 && a.RNRRetry > 7:
+		return bad("rnr_retry %d (0-7)", a.RNRRetry)
+	case m&IBV_QP_MIN_RNR_TIMER != 0 && a.MinRNRTimer > 31:
+		return bad("min_rnr_timer %d (0-31)", a.MinRNRTimer)
+	case m&IBV_QP_MAX_QP_RD_ATOMIC != 0 && a.MaxRdAtomic > MaxRdAtomicLimit:
+		return bad("max_rd_atomic %d (0-%d)", a.MaxRdAtomic, MaxRdAtomicLimit)
+	case m&IBV_QP_MAX_DEST_RD_ATOMIC != 0 && a.MaxDestRdAtomic > MaxRdAtomicLimit:
+		return bad("max_dest_rd_atomic %d (0-%d)", a.MaxDestRdAtomic, MaxRdAtomicLimit)
+	case m&IBV_QP_ACCESS_FLAGS != 0 && a.AccessFlags&^(IBV_ACCESS_LOCAL_WRITE|IBV_ACCESS_REMOTE_WRITE|IBV_ACCESS_REMOTE_READ|IBV_ACCESS_REMOTE_ATOMIC) != 0:
+		return bad("access flags %#x", uint32(a.AccessFlags))
+	case m&IBV_QP_AV != 0 && !a.AV.Remote.Addr().IsValid():
+		return bad("address vector without a remote address")
+	}
+	return nil
+}
+
+// String names the set bits of m, e.g. "PATH_MTU|DEST_QPN".
+func (m AttrMask) String() string {
+	names := []struct {
+		m AttrMask
+		n string
+	}{{IBV_QP_STATE, "STATE"}, {IBV_QP_ACCESS_FLAGS, "ACCESS_FLAGS"}, {IBV_QP_PKEY_INDEX, "PKEY_INDEX"},
+		{IBV_QP_PORT, "PORT"}, {IBV_QP_AV, "AV"}, {IBV_QP_PATH_MTU, "PATH_MTU"}, {IBV_QP_TIMEOUT, "TIMEOUT"},
+		{IBV_QP_RETRY_CNT, "RETRY_CNT"}, {IBV_QP_RNR_RETRY, "RNR_RETRY"}, {IBV_QP_RQ_PSN, "RQ_PSN"},
+		{IBV_QP_MAX_QP_RD_ATOMIC, "MAX_QP_RD_ATOMIC"}, {IBV_QP_MIN_RNR_TIMER, "MIN_RNR_TIMER"},
+		{IBV_QP_SQ_PSN, "SQ_PSN"}, {IBV_QP_MAX_DEST_RD_ATOMIC, "MAX_DEST_RD_ATOMIC"}, {IBV_QP_DEST_QPN, "DEST_QPN"}}
+	s := ""
+	for _, x := range names {
+		if m&x.m != 0 {
+			if s != "" {
+				s += "|"
+			}
+			s += x.n
+		}
+	}
+	if s == "" {
+		return fmt.Sprintf("%#x", uint32(m))
+	}
+	return s
+}
+
+// LocalAckTimeout returns the local ACK timeout the Timeout attribute
+// stands for, 4.096 us * 2^Timeout (IBTA 9.7.6.1.3), or 0 for none.
+func LocalAckTimeout(code uint8) time.Duration {
+	if code == 0 || code > 31 {
+		return 0
+	}
+	return time.Duration(4096<<code) * time.Nanosecond
+}
+
+// toError moves the QP to ERR and flushes its work queues (IBTA 10.3.1.x).
+func (q *QP) toError() {
+	q.state = IBV_QPS_ERR
+	q.flush(true)
+	q.req.retransmitAt = time.Time{}
+	q.req.rnrUntil = time.Time{}
+}
+
+// flush completes every outstanding send and receive WQE with
+// IBV_WC_WR_FLUSH_ERR, or discards them when complete is false.
+func (q *QP) flush(complete bool) {
+	for _, w := range q.req.sq {
+		if complete {
+			q.scq.push(WC{WRID: w.wr.WRID, Status: IBV_WC_WR_FLUSH_ERR, Opcode: w.wcOpcode(), QPNum: q.QPN})
+		}
+	}
+	q.req.sq = q.req.sq[:0]
+	q.req.cur = 0
+	q.req.rdAtomic = 0
+	if q.resp.cur != nil {
+		if complete {
+			q.rcq.push(WC{WRID: q.resp.cur.wr.WRID, Status: IBV_WC_WR_FLUSH_ERR, Opcode: IBV_WC_RECV, QPNum: q.QPN})
+		}
+		q.resp.cur = nil
+	}
+	for _, w := range q.resp.rq {
+		if complete {
+			q.rcq.push(WC{WRID: w.wr.WRID, Status: IBV_WC_WR_FLUSH_ERR, Opcode: IBV_WC_RECV, QPNum: q.QPN})
+		}
+	}
+	q.resp.rq = q.resp.rq[:0]
+}
+
+// Deadline returns when the QP next needs HandleTimeout: the local ACK
+// timer or the end of an RNR wait, whichever is first. It returns the zero
+// time when no timer runs.
+func (q *QP) Deadline() time.Time {
+	a, b := q.req.retransmitAt, q.req.rnrUntil
+	switch {
+	case a.IsZero():
+		return b
+	case b.IsZero() || a.Before(b):
+		return a
+	}
+	return b
+}
+
+// HandleTimeout runs the timers that expired at or before now.
+func (q *QP) HandleTimeout(now time.Time) {
+	r := &q.req
+	if !r.rnrUntil.IsZero() && !now.Before(r.rnrUntil) {
+		r.rnrUntil = time.Time{}
+		q.restart(r.rnrPSN)
+	}
+	if !r.retransmitAt.IsZero() && !now.Before(r.retransmitAt) {
+		r.retransmitAt = time.Time{}
+		if r.sendPSN == r.compPSN || len(r.sq) == 0 {
+			return
+		}
+		q.Counters.LocalAckTimeoutErr++
+		if !q.retryOrFail(IBV_WC_RETRY_EXC_ERR) {
+			return
+		}
+		q.restart(r.compPSN)
+	}
+}
+
+// retryOrFail spends one transport retry. When none is left it fails the
+// oldest send WQE with status and moves the QP to ERR, and returns false.
+func (q *QP) retryOrFail(status WCStatus) bool {
+	r := &q.req
+	if r.retryLeft == 0 {
+		q.Counters.RetryExceededErr++
+		q.failHead(status)
+		return false
+	}
+	if r.retryLeft != 7 || q.strict {
+		r.retryLeft--
+	}
+	return true
+}
+
+// failHead completes the oldest send WQE with an error status and moves
+// the QP to ERR, flushing the rest.
+func (q *QP) failHead(status WCStatus) {
+	if len(q.req.sq) > 0 {
+		w := q.req.sq[0]
+		q.scq.push(WC{WRID: w.wr.WRID, Status: status, Opcode: w.wcOpcode(), QPNum: q.QPN})
+		q.req.sq = q.req.sq[1:]
+		if q.req.cur > 0 {
+			q.req.cur--
+		}
+	}
+	q.toError()
+}
+
+// HandlePacket processes one packet addressed to this QP, as decoded by
+// bth.Packet.Decode (payload aliasing the caller's buffer, which may be
+// reused once HandlePacket returns). ecn is the IP ECN codepoint it
+// arrived with. Packets the QP state, P_Key or transport class rule out
+// are dropped and counted (ROCEV2.md section 5, checks 7, 8 and 10).
+func (q *QP) HandlePacket(now time.Time, p *bth.Packet, ecn bth.ECN) {
+	q.Counters.ReceivedPackets++
+	op := p.BTH.Opcode
+	info := op.Info()
+	if info == nil || op.Transport() != bth.TransportRC || p.BTH.PKey&0x7FFF != q.attr.PKey&0x7FFF {
+		q.Counters.Dropped++
+		return
+	}
+	switch info.Op {
+	case bth.OpAcknowledge, bth.OpAtomicAcknowledge, bth.OpReadResponse:
+		if q.state != IBV_QPS_RTS && q.state != IBV_QPS_SQD && q.state != IBV_QPS_SQE {
+			q.Counters.Dropped++
+			return
+		}
+		q.handleResponse(now, p, info)
+	default:
+		if q.state < IBV_QPS_RTR || q.state == IBV_QPS_ERR {
+			q.Counters.Dropped++
+			return
+		}
+		q.handleRequest(p, info)
+	}
+}
+
+// NextPacket fills out with the next packet to transmit and reports
+// whether there was one. Responder output (ACKs, NAKs, READ responses)
+// goes first, then new or retransmitted requests while the window and the
+// RNR timer allow. out.Payload may alias a memory region or the QP's
+// scratch buffer: encode it before calling NextPacket again.
+func (q *QP) NextPacket(now time.Time, out *bth.Packet) bool {
+	if q.nextResponse(out) {
+		q.Counters.SentPackets++
+		return true
+	}
+	if q.nextRequest(now, out) {
+		q.Counters.SentPackets++
+		return true
+	}
+	return false
+}
+
+// Remote returns the destination QPN and address vector packets go to.
+func (q *QP) Remote() (uint32, AddressVector) { return q.attr.DestQPN, q.attr.AV }
+
+// header returns a BTH for a packet to the remote QP.
+func (q *QP) header(op bth.Opcode, psn bth.PSN) bth.BTH {
+	return bth.BTH{Opcode: op, PKey: q.attr.PKey, DestQP: q.attr.DestQPN, PSN: psn}
+}
