@@ -1,0 +1,574 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/roce-emu/roce-emu/bth"
+	"github.com/roce-emu/roce-emu/pcap"
+	"github.com/roce-emu/roce-emu/qp"
+)
+
+// ICRCCheck says when an Endpoint verifies the ICRC of received packets.
+type ICRCCheck uint8
+
+// ICRC checking modes.
+const (
+	// ICRCAuto verifies on an in-memory Network, where the whole header is
+	// known, and not on UDP sockets, where the IP header is not seen and
+	// peers such as rxe put a changing IP ID on every packet.
+	ICRCAuto ICRCCheck = iota
+	// ICRCAssumeID0 verifies assuming the sender's IP header had ID 0 and
+	// DF, as Linux sends from an unconnected socket: right for roce-emu
+	// peers and NICs that send ID 0; wrong for rxe.
+	ICRCAssumeID0
+	// ICRCOff never verifies.
+	ICRCOff
+)
+
+// Options configure an Endpoint.
+type Options struct {
+	// Capture, when set, records every packet sent and received (as the
+	// wire would show it: outgoing after fault injection, incoming before).
+	Capture *pcap.Writer
+	// Faults are applied to outgoing and incoming packets.
+	Faults *Faults
+	// ICRC chooses when received ICRCs are verified.
+	ICRC ICRCCheck
+	// Logger receives events (QP errors, dropped packets); default: discard.
+	Logger *slog.Logger
+	// LocalMAC and RemoteMAC are written in captured frames.
+	LocalMAC, RemoteMAC [6]byte
+}
+
+// Stats are an Endpoint's counts of packets no QP saw.
+type Stats struct {
+	Received   uint64 `json:"rx_datagrams"`
+	Sent       uint64 `json:"tx_datagrams"`
+	Malformed  uint64 `json:"rx_malformed"`  // did not decode as RoCEv2
+	BadICRC    uint64 `json:"rx_bad_icrc"`   // ICRC did not verify (dropped silently, as rxe does)
+	UnknownQP  uint64 `json:"rx_unknown_qp"` // no QP with that number
+	BadSource  uint64 `json:"rx_bad_source"` // not from the QP's remote address (rxe check 9)
+	CNPs       uint64 `json:"rx_cnps"`       // CNPs received
+	SendErrors uint64 `json:"tx_errors"`     // datagrams the Conn refused
+}
+
+// Endpoint runs queue pairs on one Conn: it reads datagrams, hands them to
+// the QP they name, sends what the QPs produce, and runs their timers. All
+// methods are safe for concurrent use; QPs, CQs and MRs of one Endpoint
+// share its lock.
+type Endpoint struct {
+	conn Conn
+	opts Options
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	qps     map[uint32]*QP
+	order   []*QP
+	cqs     []*CQ
+	nextQPN uint32
+	stats   Stats
+	closed  bool
+	timer   *time.Timer
+	timerAt time.Time
+	arena   []byte
+	batch   []Datagram
+	pkt     bth.Packet
+	rx      bth.Packet
+	done    chan struct{}
+}
+
+// NewEndpoint starts an Endpoint on conn. Close stops it and closes conn.
+func NewEndpoint(conn Conn, opts Options) *Endpoint {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ep := &Endpoint{conn: conn, opts: opts, log: log, qps: map[uint32]*QP{}, nextQPN: 0x11, done: make(chan struct{})}
+	go ep.readLoop()
+	return ep
+}
+
+// LocalAddr returns the address the Endpoint receives on.
+func (ep *Endpoint) LocalAddr() netip.AddrPort { return ep.conn.LocalAddr() }
+
+// Stats returns a copy of the Endpoint's counters.
+func (ep *Endpoint) Stats() Stats {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.stats
+}
+
+// Close stops the Endpoint: QPs stop, the Conn closes, and the goroutine
+// reading it ends before Close returns.
+func (ep *Endpoint) Close() error {
+	ep.mu.Lock()
+	if ep.closed {
+		ep.mu.Unlock()
+		return nil
+	}
+	ep.closed = true
+	if ep.timer != nil {
+		ep.timer.Stop()
+	}
+	ep.mu.Unlock()
+	err := ep.conn.Close()
+	<-ep.done
+	for _, c := range ep.cqs {
+		c.signal()
+	}
+	return err
+}
+
+func (ep *Endpoint) readLoop() {
+	defer close(ep.done)
+	ds := make([]Datagram, 64)
+	for i := range ds {
+		ds[i].Data = make([]byte, 0, 16<<10)
+	}
+	for {
+		n, err := ep.conn.ReadBatch(ds)
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				ep.log.Error("read failed; endpoint stops", "err", err)
+			}
+			return
+		}
+		ep.mu.Lock()
+		if ep.closed {
+			ep.mu.Unlock()
+			return
+		}
+		now := time.Now()
+		for i := range n {
+			ep.receiveLocked(now, &ds[i])
+		}
+		ep.flushLocked(now)
+		ep.mu.Unlock()
+	}
+}
+
+// receiveLocked handles one datagram.
+func (ep *Endpoint) receiveLocked(now time.Time, d *Datagram) {
+	ep.stats.Received++
+	p := &ep.rx
+	if err := p.Decode(d.Data); err != nil {
+		ep.stats.Malformed++
+		return
+	}
+	enc := bth.Encap{Src: d.Src.Addr(), Dst: d.Dst.Addr(), SrcPort: d.Src.Port(), DstPort: d.Dst.Port(),
+		TrafficClass: d.TOS, HopLimit: d.TTL, SrcMAC: ep.opts.RemoteMAC, DstMAC: ep.opts.LocalMAC}
+	if ep.opts.Capture != nil {
+		ep.opts.Capture.WriteDatagram(now, &enc, d.Data)
+	}
+	if ep.checkICRC() {
+		if _, _, err := enc.VerifyICRC(d.Data); err != nil {
+			ep.stats.BadICRC++
+			return
+		}
+	}
+	if p.BTH.Opcode == bth.CNP {
+		ep.stats.CNPs++
+		return
+	}
+	q := ep.qps[p.BTH.DestQP]
+	if q == nil {
+		ep.stats.UnknownQP++
+		return
+	}
+	if _, av := q.q.Remote(); av.Remote.Addr().Unmap() != d.Src.Addr().Unmap() {
+		ep.stats.BadSource++
+		return
+	}
+	drop, dup, delay := ep.opts.Faults.Apply(In, p)
+	if drop {
+		return
+	}
+	if delay > 0 {
+		data := append([]byte(nil), d.Data...)
+		time.AfterFunc(delay, func() {
+			ep.mu.Lock()
+			defer ep.mu.Unlock()
+			if ep.closed {
+				return
+			}
+			var p bth.Packet
+			if p.Decode(data) == nil {
+				now := time.Now()
+				q.q.HandlePacket(now, &p, bth.ECN(d.TOS&3))
+				ep.flushLocked(now)
+			}
+		})
+		return
+	}
+	ecn := bth.ECN(d.TOS & 3)
+	q.q.HandlePacket(now, p, ecn)
+	if dup {
+		q.q.HandlePacket(now, p, ecn)
+	}
+}
+
+func (ep *Endpoint) checkICRC() bool {
+	switch ep.opts.ICRC {
+	case ICRCAssumeID0:
+		return true
+	case ICRCOff:
+		return false
+	}
+	_, mem := ep.conn.(*memConn)
+	return mem
+}
+
+// flushLocked sends everything the QPs have to send, signals CQs that got
+// completions and re-arms the timer.
+func (ep *Endpoint) flushLocked(now time.Time) {
+	if ep.closed {
+		return
+	}
+	ep.arena = ep.arena[:0]
+	ep.batch = ep.batch[:0]
+	var delayed []Datagram
+	var delays []time.Duration
+	for _, q := range ep.order {
+		for q.q.NextPacket(now, &ep.pkt) {
+			start := len(ep.arena)
+			var err error
+			ep.arena, err = ep.pkt.Append(ep.arena, &q.encap)
+			if err != nil {
+				ep.log.Error("cannot encode packet", "qpn", q.q.QPN, "err", err)
+				continue
+			}
+			data := ep.arena[start:len(ep.arena):len(ep.arena)]
+			d := Datagram{Data: data, Src: netip.AddrPortFrom(q.encap.Src, q.encap.SrcPort),
+				Dst: netip.AddrPortFrom(q.encap.Dst, q.encap.DstPort), TOS: q.encap.TrafficClass, TTL: q.encap.HopLimit}
+			drop, dup, delay := ep.opts.Faults.Apply(Out, &ep.pkt)
+			if drop {
+				continue
+			}
+			n := 1
+			if dup {
+				n = 2
+			}
+			for range n {
+				if delay > 0 {
+					delayed = append(delayed, Datagram{Data: append([]byte(nil), data...), Src: d.Src, Dst: d.Dst, TOS: d.TOS, TTL: d.TTL})
+					delays = append(delays, delay)
+					continue
+				}
+				if ep.opts.Capture != nil {
+					ep.opts.Capture.WriteDatagram(now, &q.encap, data)
+				}
+				ep.batch = append(ep.batch, d)
+			}
+		}
+	}
+	if len(ep.batch) > 0 {
+		n, err := ep.conn.WriteBatch(ep.batch)
+		ep.stats.Sent += uint64(n)
+		if err != nil {
+			ep.stats.SendErrors += uint64(len(ep.batch) - n)
+			ep.log.Warn("send failed", "err", err)
+		}
+	}
+	for i := range delayed {
+		d, q := delayed[i], ep.qpBySource(delayed[i].Src)
+		time.AfterFunc(delays[i], func() {
+			ep.mu.Lock()
+			defer ep.mu.Unlock()
+			if ep.closed {
+				return
+			}
+			if ep.opts.Capture != nil && q != nil {
+				ep.opts.Capture.WriteDatagram(time.Now(), &q.encap, d.Data)
+			}
+			n, _ := ep.conn.WriteBatch([]Datagram{d})
+			ep.stats.Sent += uint64(n)
+		})
+	}
+	for _, c := range ep.cqs {
+		if c.cq.Len() > 0 {
+			c.signal()
+		}
+	}
+	ep.armLocked()
+}
+
+func (ep *Endpoint) qpBySource(src netip.AddrPort) *QP {
+	for _, q := range ep.order {
+		if q.encap.SrcPort == src.Port() {
+			return q
+		}
+	}
+	return nil
+}
+
+// armLocked sets the timer to the earliest QP deadline.
+func (ep *Endpoint) armLocked() {
+	var next time.Time
+	for _, q := range ep.order {
+		if d := q.q.Deadline(); !d.IsZero() && (next.IsZero() || d.Before(next)) {
+			next = d
+		}
+	}
+	if next.IsZero() || (!ep.timerAt.IsZero() && !next.Before(ep.timerAt)) {
+		return
+	}
+	ep.timerAt = next
+	wait := time.Until(next)
+	if ep.timer == nil {
+		ep.timer = time.AfterFunc(wait, ep.onTimer)
+	} else {
+		ep.timer.Reset(wait)
+	}
+}
+
+func (ep *Endpoint) onTimer() {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.closed {
+		return
+	}
+	now := time.Now()
+	ep.timerAt = time.Time{}
+	for _, q := range ep.order {
+		if d := q.q.Deadline(); !d.IsZero() && !now.Before(d) {
+			q.q.HandleTimeout(now)
+		}
+	}
+	ep.flushLocked(now)
+}
+
+// PD is a protection domain of an Endpoint.
+type PD struct {
+	ep *Endpoint
+	pd *qp.PD
+}
+
+// NewPD returns a new protection domain.
+func (ep *Endpoint) NewPD() *PD { return &PD{ep: ep, pd: qp.NewPD()} }
+
+// RegMR registers buf (see qp.PD.RegMR). The Endpoint reads and writes buf
+// while QPs use it: read it after the completion that says it is written,
+// and do not write it while a send from it is outstanding.
+func (pd *PD) RegMR(buf []byte, access qp.Access) (*qp.MR, error) {
+	pd.ep.mu.Lock()
+	defer pd.ep.mu.Unlock()
+	return pd.pd.RegMR(buf, access)
+}
+
+// RegMRAt registers buf at a chosen virtual address (see qp.PD.RegMRAt).
+func (pd *PD) RegMRAt(buf []byte, va uint64, access qp.Access) (*qp.MR, error) {
+	pd.ep.mu.Lock()
+	defer pd.ep.mu.Unlock()
+	return pd.pd.RegMRAt(buf, va, access)
+}
+
+// DeregMR removes a memory region.
+func (pd *PD) DeregMR(mr *qp.MR) error {
+	pd.ep.mu.Lock()
+	defer pd.ep.mu.Unlock()
+	return pd.pd.DeregMR(mr)
+}
+
+// CQ is a completion queue of an Endpoint.
+type CQ struct {
+	ep   *Endpoint
+	cq   *qp.CQ
+	wake chan struct{}
+}
+
+// NewCQ returns a completion queue with room for depth completions.
+func (ep *Endpoint) NewCQ(depth int) *CQ {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	c := &CQ{ep: ep, cq: qp.NewCQ(depth), wake: make(chan struct{}, 1)}
+	ep.cqs = append(ep.cqs, c)
+	return c
+}
+
+func (c *CQ) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Poll moves up to len(wc) completions into wc without waiting.
+func (c *CQ) Poll(wc []qp.WC) int {
+	c.ep.mu.Lock()
+	defer c.ep.mu.Unlock()
+	return c.cq.Poll(wc)
+}
+
+// ErrClosed is returned by Wait once the Endpoint is closed.
+var ErrClosed = errors.New("transport: endpoint closed")
+
+// Wait blocks until at least one completion is there, then polls up to
+// len(wc) of them. It returns ctx.Err() when ctx ends first.
+func (c *CQ) Wait(ctx context.Context, wc []qp.WC) (int, error) {
+	for {
+		if n := c.Poll(wc); n > 0 {
+			return n, nil
+		}
+		c.ep.mu.Lock()
+		closed := c.ep.closed
+		c.ep.mu.Unlock()
+		if closed {
+			return 0, ErrClosed
+		}
+		select {
+		case <-c.wake:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// Overruns returns how many completions were lost because the CQ was full.
+func (c *CQ) Overruns() uint64 {
+	c.ep.mu.Lock()
+	defer c.ep.mu.Unlock()
+	return c.cq.Overruns
+}
+
+// QP is a queue pair of an Endpoint.
+type QP struct {
+	ep    *Endpoint
+	q     *qp.QP
+	encap bth.Encap
+}
+
+// NewQP creates a QP in RESET with the next free QPN (rxe starts at 0x11).
+// init.QPN is ignored.
+func (ep *Endpoint) NewQP(pd *PD, sendCQ, recvCQ *CQ, init qp.InitAttr) (*QP, error) {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.closed {
+		return nil, ErrClosed
+	}
+	for ep.qps[ep.nextQPN] != nil || ep.nextQPN < 2 {
+		ep.nextQPN = (ep.nextQPN + 1) & 0xFFFFFF
+	}
+	init.PD, init.SendCQ, init.RecvCQ, init.QPN = pd.pd, sendCQ.cq, recvCQ.cq, ep.nextQPN
+	q, err := qp.New(init)
+	if err != nil {
+		return nil, err
+	}
+	ep.nextQPN = (ep.nextQPN + 1) & 0xFFFFFF
+	w := &QP{ep: ep, q: q}
+	ep.qps[q.QPN] = w
+	ep.order = append(ep.order, w)
+	return w, nil
+}
+
+// QPN returns the QP number.
+func (w *QP) QPN() uint32 { return w.q.QPN }
+
+// State returns the QP state.
+func (w *QP) State() qp.State {
+	w.ep.mu.Lock()
+	defer w.ep.mu.Unlock()
+	return w.q.State()
+}
+
+// Attr returns the QP's attributes.
+func (w *QP) Attr() qp.Attr {
+	w.ep.mu.Lock()
+	defer w.ep.mu.Unlock()
+	return w.q.Attr()
+}
+
+// Counters returns a copy of the QP's counters.
+func (w *QP) Counters() qp.Counters {
+	w.ep.mu.Lock()
+	defer w.ep.mu.Unlock()
+	return w.q.Counters
+}
+
+// SourcePort returns the UDP source port the QP sends from.
+func (w *QP) SourcePort() uint16 {
+	w.ep.mu.Lock()
+	defer w.ep.mu.Unlock()
+	return w.encap.SrcPort
+}
+
+// Modify changes the QP's attributes and state (see qp.QP.Modify). When
+// the address vector is set, the QP's packets get their headers from it:
+// source address (the Endpoint's; AV.Local may name it), destination, traffic
+// class, hop limit, and the UDP source port of rdma_get_udp_sport.
+func (w *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
+	w.ep.mu.Lock()
+	defer w.ep.mu.Unlock()
+	if mask&qp.IBV_QP_AV != 0 {
+		local := w.ep.conn.LocalAddr().Addr()
+		if attr.AV.Local.IsValid() && attr.AV.Local.Unmap() != local.Unmap() {
+			return fmt.Errorf("%w: the QP's local address %s is not the endpoint's %s", qp.ErrBadAttr, attr.AV.Local, local)
+		}
+		if local.Unmap().Is4() != attr.AV.Remote.Addr().Unmap().Is4() {
+			return fmt.Errorf("%w: local address %s and remote address %s are not of one IP version", qp.ErrBadAttr, local, attr.AV.Remote.Addr())
+		}
+	}
+	if err := w.q.Modify(attr, mask); err != nil {
+		return err
+	}
+	if mask&qp.IBV_QP_AV != 0 || mask&qp.IBV_QP_DEST_QPN != 0 {
+		dqpn, av := w.q.Remote()
+		local := w.ep.conn.LocalAddr().Addr()
+		dport := av.Remote.Port()
+		if dport == 0 {
+			dport = bth.UDPPort
+		}
+		sport := w.ep.conn.SourcePort(bth.SourcePort(av.FlowLabel, w.q.QPN, dqpn))
+		w.encap = bth.Encap{Src: local.Unmap(), Dst: av.Remote.Addr().Unmap(), SrcPort: sport, DstPort: dport,
+			TrafficClass: av.TrafficClass, HopLimit: av.HopLimit, FlowLabel: av.FlowLabel,
+			SrcMAC: w.ep.opts.LocalMAC, DstMAC: w.ep.opts.RemoteMAC}
+		if !local.Unmap().Is4() {
+			w.encap.Src, w.encap.Dst = local, av.Remote.Addr()
+		}
+	}
+	w.ep.flushLocked(time.Now())
+	return nil
+}
+
+// PostSend posts a send work request (see qp.QP.PostSend) and sends what
+// it can at once.
+func (w *QP) PostSend(wr qp.SendWR) error {
+	w.ep.mu.Lock()
+	defer w.ep.mu.Unlock()
+	if err := w.q.PostSend(wr); err != nil {
+		return err
+	}
+	w.ep.flushLocked(time.Now())
+	return nil
+}
+
+// PostRecv posts a receive work request (see qp.QP.PostRecv).
+func (w *QP) PostRecv(wr qp.RecvWR) error {
+	w.ep.mu.Lock()
+	defer w.ep.mu.Unlock()
+	if err := w.q.PostRecv(wr); err != nil {
+		return err
+	}
+	w.ep.flushLocked(time.Now())
+	return nil
+}
+
+// Destroy removes the QP from the Endpoint; packets for it are then
+// counted as for an unknown QP.
+func (w *QP) Destroy() {
+	w.ep.mu.Lock()
+	defer w.ep.mu.Unlock()
+	delete(w.ep.qps, w.q.QPN)
+	for i, q := range w.ep.order {
+		if q == w {
+			w.ep.order = append(w.ep.order[:i], w.ep.order[i+1:]...)
+			break
+		}
+	}
+}

@@ -1,0 +1,264 @@
+package transport
+
+import (
+	"container/heap"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/roce-emu/roce-emu/bth"
+)
+
+// Network is an in-memory datagram network for tests. Conns attach to it
+// by address; a datagram sent to an address nobody listens on is lost.
+// Impairments apply to every datagram, in both directions: loss,
+// duplication, delay with jitter (which reorders), corruption, and a
+// Selector that can drop, duplicate or delay chosen packets.
+//
+// Delivery uses goroutines and timers, so under testing/synctest a test on
+// a Network runs in deterministic simulated time. The random impairments
+// draw from a generator seeded by Seed.
+type Network struct {
+	mu    sync.Mutex
+	conns map[netip.AddrPort]*memConn
+	rng   *rand.Rand
+	imp   Impairments
+	seq   uint64
+	// Stats.
+	Delivered, Lost, Duplicated, Corrupted, Overflowed uint64
+}
+
+// Impairments configure a Network. The zero value is a perfect network
+// with no delay.
+type Impairments struct {
+	Delay     time.Duration // one-way delay
+	Jitter    time.Duration // extra delay drawn uniformly from [0, Jitter): reorders
+	Loss      float64       // probability a datagram is lost
+	Duplicate float64       // probability a datagram is delivered twice
+	Corrupt   float64       // probability one byte of a datagram is flipped
+	// Selector, when set, is asked about every datagram (after decoding
+	// its transport headers, when they decode) and may act on it.
+	Selector func(d *Datagram, p *bth.Packet) Action
+	// QueueLen is each Conn's receive queue in datagrams (default 8192);
+	// datagrams beyond it are dropped, as by a full socket buffer.
+	QueueLen int
+}
+
+// Action is what a Selector decides for one datagram.
+type Action struct {
+	Drop      bool
+	Duplicate bool
+	Delay     time.Duration
+}
+
+// NewNetwork returns a network with the given impairments and random seed.
+func NewNetwork(imp Impairments, seed uint64) *Network {
+	if imp.QueueLen == 0 {
+		imp.QueueLen = 8192
+	}
+	return &Network{conns: map[netip.AddrPort]*memConn{}, rng: rand.New(rand.NewPCG(seed, seed^0x9E3779B97F4A7C15)), imp: imp}
+}
+
+// SetImpairments replaces the impairments; datagrams in flight keep theirs.
+func (n *Network) SetImpairments(imp Impairments) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if imp.QueueLen == 0 {
+		imp.QueueLen = n.imp.QueueLen
+	}
+	n.imp = imp
+}
+
+// Listen attaches a Conn at addr (port 0 means 4791).
+func (n *Network) Listen(addr netip.AddrPort) (Conn, error) {
+	if addr.Port() == 0 {
+		addr = netip.AddrPortFrom(addr.Addr(), bth.UDPPort)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.conns[addr]; ok {
+		return nil, fmt.Errorf("transport: %s is already in use on this network", addr)
+	}
+	c := &memConn{net: n, addr: addr, in: make(chan Datagram, n.imp.QueueLen), done: make(chan struct{})}
+	n.conns[addr] = c
+	return c, nil
+}
+
+type memConn struct {
+	net     *Network
+	addr    netip.AddrPort
+	in      chan Datagram
+	done    chan struct{}
+	closed  sync.Once
+	pending pendingHeap // guarded by net.mu
+	timer   *time.Timer // guarded by net.mu
+}
+
+func (c *memConn) LocalAddr() netip.AddrPort     { return c.addr }
+func (c *memConn) SourcePort(want uint16) uint16 { return want }
+
+func (c *memConn) Close() error {
+	c.closed.Do(func() {
+		c.net.mu.Lock()
+		delete(c.net.conns, c.addr)
+		if c.timer != nil {
+			c.timer.Stop()
+		}
+		c.net.mu.Unlock()
+		close(c.done)
+	})
+	return nil
+}
+
+func (c *memConn) ReadBatch(ds []Datagram) (int, error) {
+	if len(ds) == 0 {
+		return 0, nil
+	}
+	var d Datagram
+	select {
+	case d = <-c.in:
+	case <-c.done:
+		return 0, net.ErrClosed
+	}
+	n := 0
+	for {
+		ds[n].Data = append(ds[n].Data[:0], d.Data...)
+		ds[n].Src, ds[n].Dst, ds[n].TOS, ds[n].TOSKnown, ds[n].TTL = d.Src, d.Dst, d.TOS, true, d.TTL
+		n++
+		if n == len(ds) {
+			return n, nil
+		}
+		select {
+		case d = <-c.in:
+		default:
+			return n, nil
+		}
+	}
+}
+
+func (c *memConn) WriteBatch(ds []Datagram) (int, error) {
+	select {
+	case <-c.done:
+		return 0, net.ErrClosed
+	default:
+	}
+	for i := range ds {
+		d := ds[i]
+		d.Src = netip.AddrPortFrom(c.addr.Addr(), d.Src.Port())
+		c.net.send(d)
+	}
+	return len(ds), nil
+}
+
+// send applies the impairments and schedules delivery of a copy of d.
+func (n *Network) send(d Datagram) {
+	n.mu.Lock()
+	imp := n.imp
+	lost := imp.Loss > 0 && n.rng.Float64() < imp.Loss
+	dup := imp.Duplicate > 0 && n.rng.Float64() < imp.Duplicate
+	delay := imp.Delay
+	if imp.Jitter > 0 {
+		delay += time.Duration(n.rng.Int64N(int64(imp.Jitter)))
+	}
+	corrupt := -1
+	if imp.Corrupt > 0 && n.rng.Float64() < imp.Corrupt && len(d.Data) > 0 {
+		corrupt = n.rng.IntN(len(d.Data))
+	}
+	n.mu.Unlock()
+	if imp.Selector != nil {
+		var p bth.Packet
+		var pp *bth.Packet
+		if p.Decode(d.Data) == nil {
+			pp = &p
+		}
+		a := imp.Selector(&d, pp)
+		lost = lost || a.Drop
+		dup = dup || a.Duplicate
+		delay += a.Delay
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if lost {
+		n.Lost++
+		return
+	}
+	data := append([]byte(nil), d.Data...)
+	if corrupt >= 0 {
+		data[corrupt] ^= 0x55
+		n.Corrupted++
+	}
+	d.Data = data
+	n.schedule(d, delay)
+	if dup {
+		n.Duplicated++
+		n.schedule(d, delay+time.Microsecond)
+	}
+}
+
+// schedule queues d for delivery after delay. Each Conn delivers in order
+// of due time, and in sending order for equal times, from one timer, so
+// that equal delays never reorder.
+func (n *Network) schedule(d Datagram, delay time.Duration) {
+	c := n.conns[d.Dst]
+	if c == nil {
+		n.Lost++
+		return
+	}
+	n.seq++
+	at := time.Now().Add(delay)
+	heap.Push(&c.pending, pending{at: at, seq: n.seq, d: d})
+	if c.timer == nil {
+		c.timer = time.AfterFunc(delay, c.deliver)
+	} else if c.pending[0].seq == n.seq {
+		c.timer.Reset(delay)
+	}
+}
+
+// deliver moves the datagrams that are due into the receive queue.
+func (c *memConn) deliver() {
+	n := c.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := time.Now()
+	for len(c.pending) > 0 && !c.pending[0].at.After(now) {
+		p := heap.Pop(&c.pending).(pending)
+		select {
+		case c.in <- p.d:
+			n.Delivered++
+		case <-c.done:
+			return
+		default:
+			n.Overflowed++
+		}
+	}
+	if len(c.pending) > 0 {
+		c.timer.Reset(c.pending[0].at.Sub(now))
+	}
+}
+
+type pending struct {
+	at  time.Time
+	seq uint64
+	d   Datagram
+}
+
+type pendingHeap []pending
+
+func (h pendingHeap) Len() int { return len(h) }
+func (h pendingHeap) Less(i, j int) bool {
+	if h[i].at.Equal(h[j].at) {
+		return h[i].seq < h[j].seq
+	}
+	return h[i].at.Before(h[j].at)
+}
+func (h pendingHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *pendingHeap) Push(x any)   { *h = append(*h, x.(pending)) }
+func (h *pendingHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}

@@ -1,0 +1,293 @@
+//go:build linux
+
+package transport
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+
+	"github.com/roce-emu/roce-emu/bth"
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
+	"golang.org/x/sys/unix"
+)
+
+// UDPOptions configure a UDP Conn.
+type UDPOptions struct {
+	// TOS is the default IPv4 TOS / IPv6 traffic class of sent datagrams
+	// (DSCP<<2 | ECN); a Datagram's own TOS overrides it when non-zero.
+	TOS uint8
+	// TTL is the default IPv4 TTL / IPv6 hop limit (0: 64).
+	TTL uint8
+	// BatchSize is the most datagrams read per system call (default 64).
+	BatchSize int
+	// SocketBuffer is SO_RCVBUF and SO_SNDBUF in bytes (default 4 MiB;
+	// the kernel caps it at net.core.rmem_max / wmem_max).
+	SocketBuffer int
+}
+
+// batchConn is what ipv4.PacketConn and ipv6.PacketConn share.
+type batchConn interface {
+	ReadBatch(ms []ipv4.Message, flags int) (int, error)
+	WriteBatch(ms []ipv4.Message, flags int) (int, error)
+}
+
+// udpConn is a Conn on kernel UDP sockets: one bound to the receive port
+// (4791 by default), and one per extra source port QPs send from. Every
+// socket sets DF (IP_PMTUDISC_DO), so that Linux gives its datagrams IP
+// ID 0 (ROCEV2.md section 3) and peers can verify our ICRC; each reads the
+// TOS of received datagrams (IP_RECVTOS / IPV6_RECVTCLASS).
+type udpConn struct {
+	local netip.AddrPort
+	v6    bool
+	opts  UDPOptions
+	main  *net.UDPConn
+	mainB batchConn
+
+	mu    sync.Mutex
+	extra map[uint16]*sender
+
+	rms  []ipv4.Message
+	wms  []ipv4.Message
+	woob [][]byte
+}
+
+type sender struct {
+	c *net.UDPConn
+	b batchConn
+}
+
+// ListenUDP opens a Conn on addr (port 0 means 4791). The address must be
+// one of this host's (a loopback address such as 127.0.0.2 works on Linux).
+func ListenUDP(addr netip.AddrPort, opts UDPOptions) (Conn, error) {
+	if addr.Port() == 0 {
+		addr = netip.AddrPortFrom(addr.Addr(), bth.UDPPort)
+	}
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = 64
+	}
+	if opts.SocketBuffer <= 0 {
+		opts.SocketBuffer = 4 << 20
+	}
+	if opts.TTL == 0 {
+		opts.TTL = 64
+	}
+	c := &udpConn{local: addr, v6: !addr.Addr().Unmap().Is4(), opts: opts, extra: map[uint16]*sender{}}
+	s, err := c.open(addr.Port(), true)
+	if err != nil {
+		return nil, err
+	}
+	c.main, c.mainB = s.c, s.b
+	c.local = netip.AddrPortFrom(addr.Addr(), uint16(s.c.LocalAddr().(*net.UDPAddr).Port))
+	c.extra[c.local.Port()] = s
+	c.rms = make([]ipv4.Message, opts.BatchSize)
+	for i := range c.rms {
+		c.rms[i].Buffers = [][]byte{make([]byte, 16<<10)}
+		c.rms[i].OOB = make([]byte, 64)
+	}
+	return c, nil
+}
+
+func (c *udpConn) open(port uint16, recv bool) (*sender, error) {
+	network := "udp4"
+	if c.v6 {
+		network = "udp6"
+	}
+	ua := net.UDPAddrFromAddrPort(netip.AddrPortFrom(c.local.Addr().Unmap(), port))
+	uc, err := net.ListenUDP(network, ua)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		uc.Close()
+		return nil, err
+	}
+	var serr error
+	err = raw.Control(func(fd uintptr) {
+		set := func(level, opt, v int) {
+			if e := unix.SetsockoptInt(int(fd), level, opt, v); e != nil && serr == nil {
+				serr = fmt.Errorf("setsockopt %d/%d: %w", level, opt, e)
+			}
+		}
+		set(unix.SOL_SOCKET, unix.SO_RCVBUF, c.opts.SocketBuffer)
+		set(unix.SOL_SOCKET, unix.SO_SNDBUF, c.opts.SocketBuffer)
+		if c.v6 {
+			set(unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
+			set(unix.IPPROTO_IPV6, unix.IPV6_TCLASS, int(c.opts.TOS))
+			set(unix.IPPROTO_IPV6, unix.IPV6_UNICAST_HOPS, int(c.opts.TTL))
+			if recv {
+				set(unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1)
+			}
+		} else {
+			set(unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+			set(unix.IPPROTO_IP, unix.IP_TOS, int(c.opts.TOS))
+			set(unix.IPPROTO_IP, unix.IP_TTL, int(c.opts.TTL))
+			if recv {
+				set(unix.IPPROTO_IP, unix.IP_RECVTOS, 1)
+			}
+		}
+	})
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		uc.Close()
+		return nil, err
+	}
+	var b batchConn
+	if c.v6 {
+		b = ipv6.NewPacketConn(uc)
+	} else {
+		b = ipv4.NewPacketConn(uc)
+	}
+	return &sender{c: uc, b: b}, nil
+}
+
+func (c *udpConn) LocalAddr() netip.AddrPort { return c.local }
+
+// SourcePort opens (once) a socket bound to want on the local address. If
+// the port is taken it falls back to the receive port.
+func (c *udpConn) SourcePort(want uint16) uint16 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.extra[want]; ok {
+		return want
+	}
+	if want == 0 {
+		return c.local.Port()
+	}
+	s, err := c.open(want, false)
+	if err != nil {
+		return c.local.Port()
+	}
+	c.extra[want] = s
+	return want
+}
+
+func (c *udpConn) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var err error
+	for p, s := range c.extra {
+		if e := s.c.Close(); e != nil && err == nil && p == c.local.Port() {
+			err = e
+		}
+	}
+	return err
+}
+
+func (c *udpConn) ReadBatch(ds []Datagram) (int, error) {
+	ms := c.rms
+	if len(ds) < len(ms) {
+		ms = ms[:len(ds)]
+	}
+	for i := range ms {
+		ms[i].OOB = ms[i].OOB[:cap(ms[i].OOB)]
+	}
+	n, err := c.mainB.ReadBatch(ms, 0)
+	if err != nil {
+		return 0, err
+	}
+	for i := 0; i < n; i++ {
+		m := &ms[i]
+		d := &ds[i]
+		if m.Flags&unix.MSG_TRUNC != 0 {
+			d.Data = d.Data[:0] // too large for the buffer: handed on empty, counted as malformed
+		} else {
+			d.Data = append(d.Data[:0], m.Buffers[0][:m.N]...)
+		}
+		if ua, ok := m.Addr.(*net.UDPAddr); ok {
+			ap := ua.AddrPort()
+			d.Src = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+			if !c.v6 {
+				d.Src = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+			}
+		}
+		d.Dst = c.local
+		d.TOS, d.TOSKnown = parseTOS(m.OOB[:m.NN])
+	}
+	return n, nil
+}
+
+// parseTOS finds the IP_TOS or IPV6_TCLASS control message.
+func parseTOS(oob []byte) (uint8, bool) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return 0, false
+	}
+	for _, m := range msgs {
+		switch {
+		case m.Header.Level == unix.IPPROTO_IP && m.Header.Type == unix.IP_TOS && len(m.Data) >= 1:
+			return m.Data[0], true
+		case m.Header.Level == unix.IPPROTO_IPV6 && m.Header.Type == unix.IPV6_TCLASS && len(m.Data) >= 4:
+			return uint8(binary.NativeEndian.Uint32(m.Data)), true
+		}
+	}
+	return 0, false
+}
+
+// tosCmsg builds the control message that sets one datagram's TOS / traffic class.
+func (c *udpConn) tosCmsg(b []byte, tos uint8) []byte {
+	level, typ := unix.IPPROTO_IP, unix.IP_TOS
+	if c.v6 {
+		level, typ = unix.IPPROTO_IPV6, unix.IPV6_TCLASS
+	}
+	space := unix.CmsgSpace(4)
+	if cap(b) < space {
+		b = make([]byte, space)
+	}
+	b = b[:space]
+	clear(b)
+	h := (*unix.Cmsghdr)(unsafePointer(b))
+	h.Level = int32(level)
+	h.Type = int32(typ)
+	h.SetLen(unix.CmsgLen(4))
+	binary.NativeEndian.PutUint32(b[unix.CmsgLen(0):], uint32(tos))
+	return b
+}
+
+func (c *udpConn) WriteBatch(ds []Datagram) (int, error) {
+	sent := 0
+	for sent < len(ds) {
+		// A run of datagrams from the same source port goes in one sendmmsg.
+		port := ds[sent].Src.Port()
+		end := sent + 1
+		for end < len(ds) && ds[end].Src.Port() == port {
+			end++
+		}
+		c.mu.Lock()
+		s := c.extra[port]
+		if s == nil {
+			s = c.extra[c.local.Port()]
+		}
+		c.mu.Unlock()
+		run := ds[sent:end]
+		if cap(c.wms) < len(run) {
+			c.wms = make([]ipv4.Message, len(run))
+			c.woob = make([][]byte, len(run))
+		}
+		ms := c.wms[:len(run)]
+		for i := range run {
+			tos := run[i].TOS
+			if tos == 0 {
+				tos = c.opts.TOS
+			}
+			c.woob[i] = c.tosCmsg(c.woob[i], tos)
+			ms[i] = ipv4.Message{Buffers: [][]byte{run[i].Data}, OOB: c.woob[i],
+				Addr: net.UDPAddrFromAddrPort(run[i].Dst)}
+		}
+		for off := 0; off < len(ms); {
+			n, err := s.b.WriteBatch(ms[off:], 0)
+			if err != nil {
+				return sent + off, err
+			}
+			off += n
+		}
+		sent = end
+	}
+	return sent, nil
+}
