@@ -1,0 +1,112 @@
+//go:build linux
+
+package transport
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/roce-emu/roce-emu/bth"
+	"github.com/roce-emu/roce-emu/qp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// udpPair opens two UDP Conns on loopback addresses with kernel-chosen
+// ports (so tests never collide with a real 4791 listener).
+func udpPair(t *testing.T) [2]Conn {
+	var conns [2]Conn
+	for i, a := range []string{"127.0.0.1", "127.0.0.2"} {
+		c, err := ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(a), 0), UDPOptions{TOS: bth.TrafficClass(26, bth.ECT0)})
+		require.NoError(t, err)
+		conns[i] = c
+	}
+	return conns
+}
+
+func TestUDPEveryOpcode(t *testing.T) {
+	s := connect(t, udpPair(t), defaultPair())
+	everyOpcode(t, s)
+	// The peers verified nothing (ICRCAuto is off on UDP); check that what
+	// crossed the wire carried the TOS we set.
+	assert.Zero(t, s[1].ep.Stats().Malformed)
+}
+
+func TestUDPICRCVerifiesWithID0(t *testing.T) {
+	conns := udpPair(t)
+	var s [2]*side
+	for i := range 2 {
+		ep := NewEndpoint(conns[i], Options{ICRC: ICRCAssumeID0})
+		t.Cleanup(func() { ep.Close() })
+		pd := ep.NewPD()
+		cq := ep.NewCQ(64)
+		q, err := ep.NewQP(pd, cq, cq, qp.InitAttr{SQSigAll: true})
+		require.NoError(t, err)
+		s[i] = &side{ep, pd, cq, q}
+	}
+	cfg := defaultPair()
+	for i := range 2 {
+		q, peer := s[i].qp, s[1-i]
+		require.NoError(t, q.Modify(&qp.Attr{State: qp.IBV_QPS_INIT, AccessFlags: qp.IBV_ACCESS_REMOTE_WRITE | qp.IBV_ACCESS_LOCAL_WRITE}, qp.IBV_QP_STATE|qp.IBV_QP_ACCESS_FLAGS))
+		require.NoError(t, q.Modify(&qp.Attr{State: qp.IBV_QPS_RTR, PathMTU: cfg.mtu, DestQPN: peer.qp.QPN(), RQPSN: cfg.psn[1-i],
+			MaxDestRdAtomic: 1, MinRNRTimer: 1, AV: qp.AddressVector{Remote: peer.ep.LocalAddr()}},
+			qp.IBV_QP_STATE|qp.IBV_QP_AV|qp.IBV_QP_PATH_MTU|qp.IBV_QP_DEST_QPN|qp.IBV_QP_RQ_PSN|qp.IBV_QP_MAX_DEST_RD_ATOMIC|qp.IBV_QP_MIN_RNR_TIMER))
+		require.NoError(t, q.Modify(&qp.Attr{State: qp.IBV_QPS_RTS, SQPSN: cfg.psn[i], Timeout: 12, RetryCnt: 1, RNRRetry: 1, MaxRdAtomic: 1},
+			qp.IBV_QP_STATE|qp.IBV_QP_SQ_PSN|qp.IBV_QP_TIMEOUT|qp.IBV_QP_RETRY_CNT|qp.IBV_QP_RNR_RETRY|qp.IBV_QP_MAX_QP_RD_ATOMIC))
+	}
+	src := pattern(5000, 1)
+	dst := make([]byte, 5000)
+	smr, _ := s[0].pd.RegMR(src, qp.IBV_ACCESS_LOCAL_WRITE)
+	dmr, _ := s[1].pd.RegMR(dst, qp.IBV_ACCESS_LOCAL_WRITE|qp.IBV_ACCESS_REMOTE_WRITE)
+	require.NoError(t, s[0].qp.PostSend(qp.SendWR{WRID: 1, Opcode: qp.IBV_WR_RDMA_WRITE, SGEs: []qp.SGE{smr.SGE(0, 5000)}, RemoteAddr: dmr.VA, RKey: dmr.RKey}))
+	wc := wait(t, s[0].cq, 1)
+	require.Equal(t, qp.IBV_WC_SUCCESS, wc[0].Status, "every packet passed the receiver's ICRC check")
+	assert.Equal(t, src, dst)
+	assert.Zero(t, s[1].ep.Stats().BadICRC)
+	assert.Zero(t, s[0].ep.Stats().BadICRC)
+	// The QP sends from the Linux source port for its QPN pair.
+	want := bth.SourcePort(0, s[0].qp.QPN(), s[1].qp.QPN())
+	assert.Equal(t, want, s[0].qp.SourcePort())
+}
+
+func TestUDPLossy(t *testing.T) {
+	cfg := defaultPair()
+	cfg.timeout = 8
+	cfg.faults = [2]*Faults{NewFaults(1, LossRule(0.05)), NewFaults(2, LossRule(0.05))}
+	s := connect(t, udpPair(t), cfg)
+	a, b := s[0], s[1]
+	n := 256 << 10
+	src := pattern(n, 5)
+	dst := make([]byte, n)
+	back := make([]byte, n)
+	smr, _ := a.pd.RegMR(src, qp.IBV_ACCESS_LOCAL_WRITE)
+	kmr, _ := a.pd.RegMR(back, qp.IBV_ACCESS_LOCAL_WRITE)
+	dmr, _ := b.pd.RegMR(dst, qp.IBV_ACCESS_LOCAL_WRITE|qp.IBV_ACCESS_REMOTE_WRITE|qp.IBV_ACCESS_REMOTE_READ)
+	require.NoError(t, b.qp.PostRecv(qp.RecvWR{WRID: 1, SGEs: []qp.SGE{dmr.SGE(0, n)}}))
+	require.NoError(t, a.qp.PostSend(qp.SendWR{WRID: 1, Opcode: qp.IBV_WR_SEND, SGEs: []qp.SGE{smr.SGE(0, n)}}))
+	require.NoError(t, a.qp.PostSend(qp.SendWR{WRID: 2, Opcode: qp.IBV_WR_RDMA_READ, SGEs: []qp.SGE{kmr.SGE(0, n)}, RemoteAddr: dmr.VA, RKey: dmr.RKey}))
+	wc := wait(t, a.cq, 2)
+	require.Equal(t, qp.IBV_WC_SUCCESS, wc[0].Status)
+	require.Equal(t, qp.IBV_WC_SUCCESS, wc[1].Status)
+	assert.Equal(t, src, dst)
+	assert.Equal(t, src, back)
+	assert.NotZero(t, a.qp.Counters().RetransmittedPkts)
+}
+
+func TestUDPDropsForeignSource(t *testing.T) {
+	conns := udpPair(t)
+	s := connect(t, conns, defaultPair())
+	// A third socket sends a valid-looking packet to B's QP: B must drop it.
+	c3, err := ListenUDP(netip.MustParseAddrPort("127.0.0.3:0"), UDPOptions{})
+	require.NoError(t, err)
+	defer c3.Close()
+	p := bth.Packet{BTH: bth.BTH{Opcode: bth.RCSendOnly, PKey: 0xFFFF, DestQP: s[1].qp.QPN(), PSN: 0x1000}, Payload: []byte("x")}
+	e := bth.Encap{Src: c3.LocalAddr().Addr(), Dst: s[1].ep.LocalAddr().Addr(), SrcPort: c3.LocalAddr().Port(), DstPort: s[1].ep.LocalAddr().Port()}
+	data, err := p.Append(nil, &e)
+	require.NoError(t, err)
+	_, err = c3.WriteBatch([]Datagram{{Data: data, Src: c3.LocalAddr(), Dst: s[1].ep.LocalAddr()}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return s[1].ep.Stats().BadSource == 1 }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, uint64(0), s[1].qp.Counters().ReceivedPackets)
+}
