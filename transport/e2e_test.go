@@ -103,8 +103,12 @@ func everyOpcode(t *testing.T, s [2]*side) {
 		dmr, _ := b.pd.RegMR(dst, qp.IBV_ACCESS_LOCAL_WRITE|qp.IBV_ACCESS_REMOTE_WRITE|qp.IBV_ACCESS_REMOTE_READ|qp.IBV_ACCESS_REMOTE_ATOMIC)
 
 		// SEND, SEND_WITH_IMM, SEND_WITH_INV.
+		// Over UDP the race detector cannot see that a packet orders this
+		// goroutine's use of dst before B's endpoint writes it; taking B's
+		// lock (Sync) after touching dst tells it.
 		for k, op := range []qp.WROpcode{qp.IBV_WR_SEND, qp.IBV_WR_SEND_WITH_IMM, qp.IBV_WR_SEND_WITH_INV} {
 			clear(dst)
+			b.ep.Sync()
 			require.NoError(t, b.qp.PostRecv(qp.RecvWR{WRID: uint64(k), SGEs: []qp.SGE{dmr.SGE(0, len(dst))}}))
 			require.NoError(t, a.qp.PostSend(qp.SendWR{WRID: uint64(k), Opcode: op, SGEs: []qp.SGE{smr.SGE(0, n)}, ImmData: 0x01020304, InvalidateRKey: 0x55}))
 			sc, rc := wait(t, a.cq, 1), wait(t, b.cq, 1)
@@ -118,9 +122,11 @@ func everyOpcode(t *testing.T, s [2]*side) {
 			case qp.IBV_WR_SEND_WITH_INV:
 				assert.Equal(t, uint32(0x55), rc[0].InvalidatedRKey)
 			}
+			b.ep.Sync()
 		}
 		// RDMA_WRITE, RDMA_WRITE_WITH_IMM, RDMA_READ.
 		clear(dst)
+		b.ep.Sync()
 		require.NoError(t, a.qp.PostSend(qp.SendWR{WRID: 10, Opcode: qp.IBV_WR_RDMA_WRITE, SGEs: []qp.SGE{smr.SGE(0, n)}, RemoteAddr: dmr.VA, RKey: dmr.RKey}))
 		require.NoError(t, b.qp.PostRecv(qp.RecvWR{WRID: 11}))
 		require.NoError(t, a.qp.PostSend(qp.SendWR{WRID: 11, Opcode: qp.IBV_WR_RDMA_WRITE_WITH_IMM, SGEs: []qp.SGE{smr.SGE(0, n)}, RemoteAddr: dmr.VA, RKey: dmr.RKey, ImmData: 7}))
@@ -150,6 +156,7 @@ func everyOpcode(t *testing.T, s [2]*side) {
 	require.Equal(t, qp.IBV_WC_SUCCESS, sc[1].Status)
 	assert.Equal(t, uint64(40), binary.LittleEndian.Uint64(res))
 	assert.Equal(t, uint64(42), binary.LittleEndian.Uint64(res[8:]))
+	b.ep.Sync() // B wrote word; nothing on B completed after it
 	assert.Equal(t, uint64(1000), binary.LittleEndian.Uint64(word[8:]))
 }
 
@@ -233,6 +240,7 @@ func TestMemLossy(t *testing.T) {
 					require.Equal(t, qp.IBV_WC_SUCCESS, c.Status)
 					assert.Equal(t, uint64(3*k), c.WRID)
 				}
+				b.ep.Sync()
 				for i := range msgs {
 					n := 1 + (i*2741)%8192
 					off := i * 8192
@@ -284,6 +292,7 @@ func TestMemRKeyViolation(t *testing.T) {
 		sc := wait(t, a.cq, 2)
 		assert.Equal(t, qp.IBV_WC_REM_ACCESS_ERR, sc[0].Status)
 		assert.Equal(t, qp.IBV_WC_WR_FLUSH_ERR, sc[1].Status)
+		b.ep.Sync()
 		assert.Equal(t, make([]byte, 100), dst, "nothing written")
 		assert.Equal(t, qp.IBV_QPS_ERR, a.qp.State())
 		assert.Equal(t, uint64(1), b.qp.Counters().RespRemoteAccessErr)
