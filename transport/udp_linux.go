@@ -230,23 +230,30 @@ func parseTOS(oob []byte) (uint8, bool) {
 	return 0, false
 }
 
-// tosCmsg builds the control message that sets one datagram's TOS / traffic class.
-func (c *udpConn) tosCmsg(b []byte, tos uint8) []byte {
-	level, typ := unix.IPPROTO_IP, unix.IP_TOS
+// cmsgs builds the control messages that set one datagram's TOS / traffic
+// class and TTL / hop limit.
+func (c *udpConn) cmsgs(b []byte, tos, ttl uint8) []byte {
+	level, tosType, ttlType := unix.IPPROTO_IP, unix.IP_TOS, unix.IP_TTL
 	if c.v6 {
-		level, typ = unix.IPPROTO_IPV6, unix.IPV6_TCLASS
+		level, tosType, ttlType = unix.IPPROTO_IPV6, unix.IPV6_TCLASS, unix.IPV6_HOPLIMIT
 	}
 	space := unix.CmsgSpace(4)
-	if cap(b) < space {
-		b = make([]byte, space)
+	if cap(b) < 2*space {
+		b = make([]byte, 2*space)
 	}
-	b = b[:space]
+	b = b[:2*space]
 	clear(b)
-	h := (*unix.Cmsghdr)(unsafePointer(b))
-	h.Level = int32(level)
-	h.Type = int32(typ)
-	h.SetLen(unix.CmsgLen(4))
-	binary.NativeEndian.PutUint32(b[unix.CmsgLen(0):], uint32(tos))
+	for i, x := range []struct {
+		typ int
+		v   uint8
+	}{{tosType, tos}, {ttlType, ttl}} {
+		m := b[i*space:]
+		h := (*unix.Cmsghdr)(unsafePointer(m))
+		h.Level = int32(level)
+		h.Type = int32(x.typ)
+		h.SetLen(unix.CmsgLen(4))
+		binary.NativeEndian.PutUint32(m[unix.CmsgLen(0):], uint32(x.v))
+	}
 	return b
 }
 
@@ -272,11 +279,14 @@ func (c *udpConn) WriteBatch(ds []Datagram) (int, error) {
 		}
 		ms := c.wms[:len(run)]
 		for i := range run {
-			tos := run[i].TOS
+			tos, ttl := run[i].TOS, run[i].TTL
 			if tos == 0 {
 				tos = c.opts.TOS
 			}
-			c.woob[i] = c.tosCmsg(c.woob[i], tos)
+			if ttl == 0 {
+				ttl = c.opts.TTL
+			}
+			c.woob[i] = c.cmsgs(c.woob[i], tos, ttl)
 			ms[i] = ipv4.Message{Buffers: [][]byte{run[i].Data}, OOB: c.woob[i],
 				Addr: net.UDPAddrFromAddrPort(run[i].Dst)}
 		}

@@ -23,6 +23,8 @@ type command struct {
 
 var commands = []command{
 	{"decode", "decode RoCEv2 packets in pcap/pcapng captures, one line (or JSON object) per packet", runDecode},
+	{"server", "the server side of ibv_rc_pingpong: RC SEND ping-pong after rc_pingpong's TCP exchange", runServer},
+	{"client", "the client side of ibv_rc_pingpong (client HOST)", runClient},
 }
 
 func usage(w io.Writer) {

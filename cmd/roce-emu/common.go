@@ -1,0 +1,188 @@
+package main
+
+import (
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/roce-emu/roce-emu/bth"
+	"github.com/roce-emu/roce-emu/pcap"
+	"github.com/roce-emu/roce-emu/qp"
+	"github.com/roce-emu/roce-emu/transport"
+)
+
+// netFlags are the flags every command that moves traffic takes.
+type netFlags struct {
+	bind    string
+	udpPort uint
+	pcap    string
+	loss    float64
+	faults  multiFlag
+	seed    uint64
+	icrc    bool
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, " ") }
+func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
+
+func (n *netFlags) register(fs *flag.FlagSet, defaultBind string) {
+	fs.StringVar(&n.bind, "bind", defaultBind, "local IP `address` to send and receive RoCEv2 from")
+	fs.UintVar(&n.udpPort, "udp-port", bth.UDPPort, "UDP `port` for RoCEv2, locally and at the peer")
+	fs.StringVar(&n.pcap, "pcap", "", "write every RoCEv2 packet sent and received to this pcap `file`")
+	fs.Float64Var(&n.loss, "loss", 0, "drop each packet, in both directions, with `probability` P (0-1)")
+	fs.Var(&n.faults, "fault", "inject a fault, as ACTION[:KEY=VALUE,...] (repeatable); e.g. drop:dir=out,opcode=RC_RDMA_WRITE_MIDDLE,nth=2 (see README)")
+	fs.Uint64Var(&n.seed, "seed", 1, "random `seed` for --loss and probabilistic faults")
+	fs.BoolVar(&n.icrc, "verify-icrc", false, "check the ICRC of received packets assuming the sender's IP ID is 0 (true of roce-emu peers, not of rxe)")
+}
+
+// faultSet builds the fault rules the flags ask for.
+func (n *netFlags) faultSet() (*transport.Faults, error) {
+	if n.loss < 0 || n.loss > 1 {
+		return nil, fmt.Errorf("--loss %g: must be between 0 and 1", n.loss)
+	}
+	f := transport.NewFaults(n.seed)
+	if n.loss > 0 {
+		f.Add(transport.LossRule(n.loss))
+	}
+	for _, s := range n.faults {
+		r, err := transport.ParseFault(s)
+		if err != nil {
+			return nil, fmt.Errorf("--fault: %v", err)
+		}
+		f.Add(r)
+	}
+	return f, nil
+}
+
+// openEndpoint opens the UDP endpoint, the capture and the faults.
+func (n *netFlags) openEndpoint() (*transport.Endpoint, func(), error) {
+	addr, err := netip.ParseAddr(n.bind)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--bind %q: not an IP address", n.bind)
+	}
+	if n.udpPort == 0 || n.udpPort > 65535 {
+		return nil, nil, fmt.Errorf("--udp-port %d: must be 1-65535", n.udpPort)
+	}
+	faults, err := n.faultSet()
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, err := transport.ListenUDP(netip.AddrPortFrom(addr, uint16(n.udpPort)), transport.UDPOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot listen on %s UDP port %d: %v", addr, n.udpPort, err)
+	}
+	opts := transport.Options{Faults: faults}
+	if n.icrc {
+		opts.ICRC = transport.ICRCAssumeID0
+	}
+	var w *pcap.Writer
+	if n.pcap != "" {
+		w, err = pcap.Create(n.pcap)
+		if err != nil {
+			conn.Close()
+			return nil, nil, fmt.Errorf("--pcap: %v", err)
+		}
+		opts.Capture = w
+	}
+	ep := transport.NewEndpoint(conn, opts)
+	closeAll := func() {
+		ep.Close()
+		if w != nil {
+			w.Close()
+		}
+	}
+	return ep, closeAll, nil
+}
+
+// gidOf returns the RoCEv2 GID of an address: IPv4-mapped for IPv4.
+func gidOf(a netip.Addr) [16]byte { return a.As16() }
+
+// gidHex formats a GID as rc_pingpong's wire GID: 32 hex digits in
+// network byte order.
+func gidHex(a netip.Addr) string {
+	g := gidOf(a)
+	return hex.EncodeToString(g[:])
+}
+
+// parseGIDHex reads 32 hex digits back into an address (IPv4-mapped GIDs
+// become IPv4 addresses).
+func parseGIDHex(s string) (netip.Addr, error) {
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != 16 {
+		return netip.Addr{}, fmt.Errorf("GID %q is not 32 hex digits", s)
+	}
+	return netip.AddrFrom16([16]byte(b)).Unmap(), nil
+}
+
+// randomPSN draws a starting PSN as rc_pingpong does (lrand48() & 0xffffff).
+func randomPSN() bth.PSN { return bth.PSN(rand.Uint32() & bth.PSNMask) }
+
+// peer is what two sides exchange out of band before connecting QPs.
+type peer struct {
+	LID  uint16
+	QPN  uint32
+	PSN  bth.PSN
+	GID  netip.Addr
+	RKey uint32
+	VA   uint64
+}
+
+// connAttrs are the QP attributes a command connects with.
+type connAttrs struct {
+	mtu        qp.MTU
+	timeout    uint8
+	retry      uint8
+	rnrRetry   uint8
+	minRNR     uint8
+	rdAtomic   uint8
+	hopLimit   uint8
+	access     qp.Access
+	remotePort uint16
+}
+
+// rcPingpongAttrs are ibv_rc_pingpong's: min_rnr_timer 12, timeout 14,
+// retry_cnt 7, rnr_retry 7, max_rd_atomic 1, hop limit 1 (ROCEV2.md 6).
+func rcPingpongAttrs(mtu qp.MTU, port uint16) connAttrs {
+	return connAttrs{mtu: mtu, timeout: 14, retry: 7, rnrRetry: 7, minRNR: 12, rdAtomic: 1, hopLimit: 1,
+		access: qp.IBV_ACCESS_LOCAL_WRITE, remotePort: port}
+}
+
+// connectQP moves q through INIT, RTR and RTS towards remote.
+func connectQP(q *transport.QP, local, remote peer, a connAttrs) error {
+	if err := q.Modify(&qp.Attr{State: qp.IBV_QPS_INIT, AccessFlags: a.access}, qp.IBV_QP_STATE|qp.IBV_QP_ACCESS_FLAGS|qp.IBV_QP_PKEY_INDEX|qp.IBV_QP_PORT); err != nil {
+		return err
+	}
+	av := qp.AddressVector{Remote: netip.AddrPortFrom(remote.GID, a.remotePort), HopLimit: a.hopLimit}
+	if err := q.Modify(&qp.Attr{State: qp.IBV_QPS_RTR, PathMTU: a.mtu, DestQPN: remote.QPN, RQPSN: remote.PSN,
+		MaxDestRdAtomic: a.rdAtomic, MinRNRTimer: a.minRNR, AV: av},
+		qp.IBV_QP_STATE|qp.IBV_QP_AV|qp.IBV_QP_PATH_MTU|qp.IBV_QP_DEST_QPN|qp.IBV_QP_RQ_PSN|qp.IBV_QP_MAX_DEST_RD_ATOMIC|qp.IBV_QP_MIN_RNR_TIMER); err != nil {
+		return err
+	}
+	return q.Modify(&qp.Attr{State: qp.IBV_QPS_RTS, SQPSN: local.PSN, Timeout: a.timeout, RetryCnt: a.retry,
+		RNRRetry: a.rnrRetry, MaxRdAtomic: a.rdAtomic},
+		qp.IBV_QP_STATE|qp.IBV_QP_SQ_PSN|qp.IBV_QP_TIMEOUT|qp.IBV_QP_RETRY_CNT|qp.IBV_QP_RNR_RETRY|qp.IBV_QP_MAX_QP_RD_ATOMIC)
+}
+
+// mtuFlag parses -m: 256, 512, 1024, 2048 or 4096.
+func mtuFlag(n int) (qp.MTU, error) {
+	m, err := qp.MTUFromBytes(n)
+	if err != nil {
+		return 0, fmt.Errorf("-m %d: path MTU must be 256, 512, 1024, 2048 or 4096", n)
+	}
+	return m, nil
+}
+
+// describeCounters gives the counters worth printing after a run.
+func describeCounters(c qp.Counters) string {
+	return fmt.Sprintf("sent %d, received %d, retransmitted %d, seq NAKs received %d, implied NAKs %d, ACK timeouts %d, RNR NAKs received %d / sent %d, out-of-sequence %d, duplicates %d",
+		c.SentPackets, c.ReceivedPackets, c.RetransmittedPkts, c.PacketSeqErr, c.ImpliedNakSeqErr, c.LocalAckTimeoutErr,
+		c.RNRNakRetryErr, c.SendRNRErr, c.OutOfSequence, c.DuplicateRequest)
+}
+
+func since(t time.Time) float64 { return time.Since(t).Seconds() }
