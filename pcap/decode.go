@@ -53,6 +53,9 @@ type Record struct {
 // reuses its layers: decoding does not allocate. A Decoder is not safe for
 // concurrent use.
 type Decoder struct {
+	// Port is the UDP destination port that marks RoCEv2 (0: 4791), for
+	// captures of peers that were told to use another.
+	Port    uint16
 	eth     layers.Ethernet
 	dot1q   layers.Dot1Q
 	sll     layers.LinuxSLL
@@ -144,7 +147,11 @@ func (d *Decoder) Decode(data []byte, ci gopacket.CaptureInfo, lt layers.LinkTyp
 		return KindOther, nil
 	}
 	rec.SrcPort, rec.DstPort = uint16(d.udp.SrcPort), uint16(d.udp.DstPort)
-	if rec.DstPort != bth.UDPPort {
+	port := d.Port
+	if port == 0 {
+		port = bth.UDPPort
+	}
+	if rec.DstPort != port {
 		return KindOther, nil
 	}
 	rec.UDPHeader = d.udp.Contents

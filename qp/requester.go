@@ -285,16 +285,18 @@ func pick(only, first, last bool, o, f, l, m bth.Opcode) bth.Opcode {
 
 // nakRetry starts go-back-N from psn after a NAK or a gap in the
 // responses, unless one such retry is already under way (see
-// requester.retrying) or nothing sent after psn could still be answered.
-func (q *QP) nakRetry(psn bth.PSN) {
+// requester.retrying). It reports whether it started one.
+func (q *QP) nakRetry(psn bth.PSN) bool {
 	r := &q.req
 	if r.retrying {
-		return
+		return false
 	}
 	if q.retryOrFail(IBV_WC_RETRY_EXC_ERR) {
 		r.retrying = true
 		q.restart(psn)
+		return true
 	}
+	return false
 }
 
 // restart rewinds transmission to PSN psn (go-back-N, IBTA 9.7.6.1.x): the
@@ -394,8 +396,9 @@ func (q *QP) handleResponse(now time.Time, p *bth.Packet, info *bth.OpInfo) {
 	for len(r.sq) > 0 && r.sq[0].started && psn.After(r.sq[0].lastPSN()) {
 		w := r.sq[0]
 		if w.readOrAtomic() {
-			q.Counters.ImpliedNakSeqErr++
-			q.nakRetry(r.compPSN)
+			if q.nakRetry(r.compPSN) {
+				q.Counters.ImpliedNakSeqErr++
+			}
 			return
 		}
 		q.complete(w)
@@ -441,8 +444,9 @@ func (q *QP) handleResponse(now time.Time, p *bth.Packet, info *bth.OpInfo) {
 		}
 		if psn != r.compPSN {
 			// A response packet is missing: ask again for the rest.
-			q.Counters.ImpliedNakSeqErr++
-			q.nakRetry(r.compPSN)
+			if q.nakRetry(r.compPSN) {
+				q.Counters.ImpliedNakSeqErr++
+			}
 			break
 		}
 		if !q.acceptReadResponse(p, info, w) {

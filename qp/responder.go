@@ -23,6 +23,7 @@ type recvWQE struct {
 // a duplicate can be answered (IBTA 9.7.5.1.x "responder resources";
 // rxe's struct resp_res).
 type rdRes struct {
+	id       uint64 // tells responder output items of this request apart
 	atomic   bool
 	firstPSN bth.PSN
 	lastPSN  bth.PSN
@@ -42,6 +43,7 @@ type outItem struct {
 	msn      uint32
 	orig     uint64
 	// READ response progress.
+	resID  uint64 // the rdRes the response answers
 	data   []byte // the bytes still to send, in the responder's memory
 	replay bool   // started in the middle: Middle/Last opcodes only
 }
@@ -60,6 +62,7 @@ type responder struct {
 	wlen   int    // the WRITE's DMA length
 	res    []rdRes
 	resPos int
+	resSeq uint64
 	out    []outItem
 }
 
@@ -316,15 +319,18 @@ func (q *QP) remote(rkey uint32, va, n uint64, need Access) []byte {
 	return q.pd.remote(rkey, va, n, need)
 }
 
-func (q *QP) remember(r rdRes) {
+func (q *QP) remember(r rdRes) uint64 {
 	s := &q.resp
+	s.resSeq++
+	r.id = s.resSeq
 	depth := max(1, int(q.attr.MaxDestRdAtomic))
 	if len(s.res) < depth {
 		s.res = append(s.res, r)
-		return
+		return r.id
 	}
 	s.res[s.resPos%len(s.res)] = r
 	s.resPos++
+	return r.id
 }
 
 func (q *QP) recvRead(p *bth.Packet) {
@@ -348,9 +354,9 @@ func (q *QP) recvRead(p *bth.Packet) {
 	}
 	npkts := q.packets(int(reth.DMALength))
 	s.msn = (s.msn + 1) & 0xFFFFFF
-	q.remember(rdRes{firstPSN: psn, lastPSN: psn.Add(npkts - 1), va: reth.VA, rkey: reth.RKey, length: reth.DMALength, msn: s.msn})
+	id := q.remember(rdRes{firstPSN: psn, lastPSN: psn.Add(npkts - 1), va: reth.VA, rkey: reth.RKey, length: reth.DMALength, msn: s.msn})
 	s.ePSN = psn.Add(npkts)
-	q.queue(outItem{op: bth.RCReadRequest, psn: psn, msn: s.msn, data: data})
+	q.queue(outItem{op: bth.RCReadRequest, psn: psn, msn: s.msn, data: data, resID: id})
 }
 
 func (q *QP) recvAtomic(p *bth.Packet, info *bth.OpInfo) {
@@ -378,7 +384,7 @@ func (q *QP) recvAtomic(p *bth.Packet, info *bth.OpInfo) {
 		binary.LittleEndian.PutUint64(b, a.SwapAdd)
 	}
 	s.msn = (s.msn + 1) & 0xFFFFFF
-	q.remember(rdRes{atomic: true, firstPSN: psn, lastPSN: psn, va: a.VA, rkey: a.RKey, length: 8, orig: orig, msn: s.msn})
+	_ = q.remember(rdRes{atomic: true, firstPSN: psn, lastPSN: psn, va: a.VA, rkey: a.RKey, length: 8, orig: orig, msn: s.msn})
 	s.ePSN = psn.Next()
 	q.queue(outItem{op: bth.RCAtomicAcknowledge, psn: psn, syndrome: bth.SyndromeACKNoCredits, msn: s.msn, orig: orig})
 }
@@ -411,7 +417,17 @@ func (q *QP) duplicate(p *bth.Packet, info *bth.OpInfo) {
 					break
 				}
 			}
-			q.queue(outItem{op: bth.RCReadRequest, psn: psn, msn: r.msn, data: data, replay: psn != r.firstPSN})
+			// Like rxe, a duplicate restarts the response from the PSN
+			// asked for: a response to the same request still being sent
+			// is replaced, not doubled.
+			it := outItem{op: bth.RCReadRequest, psn: psn, msn: r.msn, data: data, replay: psn != r.firstPSN, resID: r.id}
+			for k := range s.out {
+				if s.out[k].op == bth.RCReadRequest && s.out[k].resID == r.id {
+					s.out[k] = it
+					return
+				}
+			}
+			q.queue(it)
 			return
 		}
 		q.Counters.Dropped++

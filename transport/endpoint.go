@@ -45,6 +45,9 @@ type Options struct {
 	Logger *slog.Logger
 	// LocalMAC and RemoteMAC are written in captured frames.
 	LocalMAC, RemoteMAC [6]byte
+	// TrafficClass is the IPv4 TOS / IPv6 traffic class (DSCP<<2 | ECN)
+	// of packets from QPs whose address vector sets none.
+	TrafficClass uint8
 }
 
 // Stats are an Endpoint's counts of packets no QP saw.
@@ -525,8 +528,12 @@ func (w *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
 			dport = bth.UDPPort
 		}
 		sport := w.ep.conn.SourcePort(bth.SourcePort(av.FlowLabel, w.q.QPN, dqpn))
+		tc := av.TrafficClass
+		if tc == 0 {
+			tc = w.ep.opts.TrafficClass
+		}
 		w.encap = bth.Encap{Src: local.Unmap(), Dst: av.Remote.Addr().Unmap(), SrcPort: sport, DstPort: dport,
-			TrafficClass: av.TrafficClass, HopLimit: av.HopLimit, FlowLabel: av.FlowLabel,
+			TrafficClass: tc, HopLimit: av.HopLimit, FlowLabel: av.FlowLabel,
 			SrcMAC: w.ep.opts.LocalMAC, DstMAC: w.ep.opts.RemoteMAC}
 		if !local.Unmap().Is4() {
 			w.encap.Src, w.encap.Dst = local, av.Remote.Addr()

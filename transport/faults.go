@@ -82,6 +82,13 @@ func (f *Faults) Add(r *FaultRule) {
 	f.rules = append(f.rules, r)
 }
 
+// SetRules replaces every rule.
+func (f *Faults) SetRules(rules ...*FaultRule) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rules = rules
+}
+
 // Rules returns the rules.
 func (f *Faults) Rules() []*FaultRule {
 	f.mu.Lock()

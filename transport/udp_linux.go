@@ -17,8 +17,10 @@ import (
 
 // UDPOptions configure a UDP Conn.
 type UDPOptions struct {
-	// TOS is the default IPv4 TOS / IPv6 traffic class of sent datagrams
-	// (DSCP<<2 | ECN); a Datagram's own TOS overrides it when non-zero.
+	// TOS is the IPv4 TOS / IPv6 traffic class set on the sockets
+	// (DSCP<<2 | ECN). Every datagram sent carries its own Datagram.TOS
+	// in a control message, so this matters only to what the kernel sends
+	// by itself.
 	TOS uint8
 	// TTL is the default IPv4 TTL / IPv6 hop limit (0: 64).
 	TTL uint8
@@ -280,9 +282,6 @@ func (c *udpConn) WriteBatch(ds []Datagram) (int, error) {
 		ms := c.wms[:len(run)]
 		for i := range run {
 			tos, ttl := run[i].TOS, run[i].TTL
-			if tos == 0 {
-				tos = c.opts.TOS
-			}
 			if ttl == 0 {
 				ttl = c.opts.TTL
 			}

@@ -19,6 +19,7 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("decode", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "write JSON Lines: one object per RoCEv2 packet, then {\"summary\": ...} per file")
+	port := fs.Uint("udp-port", 4791, "UDP destination `port` that marks RoCEv2 packets")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: roce-emu decode [--json] FILE...")
 		fmt.Fprintln(stderr, "\nDecodes every RoCEv2 packet (UDP destination port 4791) in pcap or pcapng")
@@ -38,11 +39,15 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
+	if *port == 0 || *port > 65535 {
+		fmt.Fprintf(stderr, "roce-emu decode: --udp-port %d: must be 1-65535\n", *port)
+		return 2
+	}
 	out := bufio.NewWriter(stdout)
 	defer out.Flush()
 	code := 0
 	for _, name := range fs.Args() {
-		if err := decodeFile(name, *asJSON, fs.NArg() > 1, out); err != nil {
+		if err := decodeFile(name, uint16(*port), *asJSON, fs.NArg() > 1, out); err != nil {
 			out.Flush()
 			fmt.Fprintf(stderr, "roce-emu decode: %v\n", err)
 			code = 1
@@ -51,7 +56,7 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-func decodeFile(name string, asJSON, many bool, out *bufio.Writer) error {
+func decodeFile(name string, port uint16, asJSON, many bool, out *bufio.Writer) error {
 	r, err := pcap.Open(name)
 	if err != nil {
 		return err
@@ -61,6 +66,7 @@ func decodeFile(name string, asJSON, many bool, out *bufio.Writer) error {
 		fmt.Fprintf(out, "== %s\n", name)
 	}
 	d := pcap.NewDecoder()
+	d.Port = port
 	sum := pcap.NewSummary()
 	enc := json.NewEncoder(out)
 	var rec pcap.Record

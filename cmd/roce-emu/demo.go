@@ -1,0 +1,301 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"time"
+
+	"github.com/roce-emu/roce-emu/bth"
+	"github.com/roce-emu/roce-emu/pcap"
+	"github.com/roce-emu/roce-emu/qp"
+	"github.com/roce-emu/roce-emu/transport"
+)
+
+func runDemo(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addrA := fs.String("a", "127.0.0.1", "`address` of peer A (the requester)")
+	addrB := fs.String("b", "127.0.0.2", "`address` of peer B (the responder)")
+	port := fs.Uint("udp-port", bth.UDPPort, "UDP `port` both peers use for RoCEv2")
+	pcapFile := fs.String("pcap", "demo.pcap", "capture `file` of everything A sends and receives (\"\" for none)")
+	loss := fs.Float64("loss", 0.02, "packet loss `probability` of the lossy round, in both directions")
+	mtuBytes := fs.Int("m", 1024, "path `MTU`")
+	count := fs.Int("n", 16, "messages per operation and size")
+	seed := fs.Uint64("seed", 1, "random `seed` of the loss")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: roce-emu demo [flags]")
+		fmt.Fprintln(stderr, "\nTwo roce-emu peers on loopback addresses run RC SEND, RDMA WRITE, RDMA READ and")
+		fmt.Fprintln(stderr, "atomics of several sizes, once on a clean link and once with injected loss, check")
+		fmt.Fprintln(stderr, "every byte, print what happened and write a capture that tshark can read.")
+		fmt.Fprintln(stderr, "\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() != 0 {
+		fmt.Fprintf(stderr, "roce-emu demo: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	mtu, err := mtuFlag(*mtuBytes)
+	if err == nil && (*loss < 0 || *loss >= 1) {
+		err = fmt.Errorf("--loss %g: must be at least 0 and below 1", *loss)
+	}
+	if err == nil && (*count < 1 || *count > 1000) {
+		err = fmt.Errorf("-n %d: must be 1-1000", *count)
+	}
+	if err == nil && (*port == 0 || *port > 65535) {
+		err = fmt.Errorf("--udp-port %d: must be 1-65535", *port)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "roce-emu demo: %v\n", err)
+		return 2
+	}
+	if err := demo(*addrA, *addrB, uint16(*port), *pcapFile, *loss, mtu, *count, *seed, stdout); err != nil {
+		fmt.Fprintf(stderr, "roce-emu demo: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+type demoPeer struct {
+	ep  *transport.Endpoint
+	pd  *transport.PD
+	cq  *transport.CQ
+	qp  *transport.QP
+	buf []byte
+	mr  *qp.MR
+}
+
+func demo(a, b string, port uint16, pcapFile string, loss float64, mtu qp.MTU, count int, seed uint64, out io.Writer) error {
+	sizes := []int{1, mtu.Bytes() - 1, mtu.Bytes(), mtu.Bytes() + 1, 64 << 10, 1 << 20}
+	maxSize := sizes[len(sizes)-1]
+	faults := transport.NewFaults(seed)
+	var capture *pcap.Writer
+	if pcapFile != "" {
+		var err error
+		if capture, err = pcap.Create(pcapFile); err != nil {
+			return fmt.Errorf("--pcap: %v", err)
+		}
+		defer capture.Close()
+	}
+	var peers [2]*demoPeer
+	for i, s := range []string{a, b} {
+		addr, err := netip.ParseAddr(s)
+		if err != nil {
+			return fmt.Errorf("%q is not an IP address", s)
+		}
+		conn, err := transport.ListenUDP(netip.AddrPortFrom(addr, port), transport.UDPOptions{})
+		if err != nil {
+			return fmt.Errorf("cannot listen on %s UDP port %d (is another RoCEv2 peer using it? try --udp-port): %v", addr, port, err)
+		}
+		opts := transport.Options{ICRC: transport.ICRCAssumeID0, TrafficClass: bth.TrafficClass(26, bth.ECT0), LocalMAC: [6]byte{2, 0, 0, 0, 0, byte(0xa + i)}, RemoteMAC: [6]byte{2, 0, 0, 0, 0, byte(0xb - i)}}
+		if i == 0 {
+			opts.Capture, opts.Faults = capture, faults
+		}
+		ep := transport.NewEndpoint(conn, opts)
+		defer ep.Close()
+		pd := ep.NewPD()
+		buf := make([]byte, maxSize*count)
+		mr, err := pd.RegMR(buf, qp.IBV_ACCESS_LOCAL_WRITE|qp.IBV_ACCESS_REMOTE_WRITE|qp.IBV_ACCESS_REMOTE_READ|qp.IBV_ACCESS_REMOTE_ATOMIC)
+		if err != nil {
+			return err
+		}
+		cq := ep.NewCQ(4 * count)
+		q, err := ep.NewQP(pd, cq, cq, qp.InitAttr{MaxSendWR: 2 * count, MaxRecvWR: 2 * count, SQSigAll: true})
+		if err != nil {
+			return err
+		}
+		peers[i] = &demoPeer{ep, pd, cq, q, buf, mr}
+	}
+	for i, p := range peers {
+		o := peers[1-i]
+		local := peer{QPN: p.qp.QPN(), PSN: bth.PSN(0xFFFF00 + 0x40*i), GID: p.ep.LocalAddr().Addr()}
+		remote := peer{QPN: o.qp.QPN(), PSN: bth.PSN(0xFFFF00 + 0x40*(1-i)), GID: o.ep.LocalAddr().Addr()}
+		attrs := connAttrs{mtu: mtu, timeout: 10, retry: 7, rnrRetry: 7, minRNR: 1, rdAtomic: 16, hopLimit: 64,
+			access: qp.IBV_ACCESS_LOCAL_WRITE | qp.IBV_ACCESS_REMOTE_WRITE | qp.IBV_ACCESS_REMOTE_READ | qp.IBV_ACCESS_REMOTE_ATOMIC, remotePort: port}
+		if err := connectQP(p.qp, local, remote, attrs); err != nil {
+			return err
+		}
+	}
+	A, B := peers[0], peers[1]
+	fmt.Fprintf(out, "roce-emu demo: A %s QPN %#06x <-> B %s QPN %#06x, UDP port %d, path MTU %d, PSNs start at 0xffff00/0xffff40 so they wrap\n",
+		A.ep.LocalAddr().Addr(), A.qp.QPN(), B.ep.LocalAddr().Addr(), B.qp.QPN(), port, mtu.Bytes())
+	fmt.Fprintf(out, "\n%-6s %-16s %8s %5s %10s %9s %8s %8s %8s %8s  %s\n", "loss", "operation", "bytes", "msgs", "time", "Gb/s", "retrans", "seqNAK", "timeout", "implied", "data")
+	totalMsgs, totalBytes := 0, 0
+	for _, l := range []float64{0, loss} {
+		if l > 0 {
+			faults.SetRules(transport.LossRule(l))
+		} else {
+			faults.SetRules()
+		}
+		for _, op := range []qp.WROpcode{qp.IBV_WR_SEND, qp.IBV_WR_RDMA_WRITE, qp.IBV_WR_RDMA_READ} {
+			for _, n := range sizes {
+				before := A.qp.Counters()
+				start := time.Now()
+				if err := demoRound(A, B, op, n, count); err != nil {
+					return fmt.Errorf("%s of %d bytes with loss %g: %v", op, n, l, err)
+				}
+				el := time.Since(start)
+				c := A.qp.Counters()
+				fmt.Fprintf(out, "%-6g %-16s %8d %5d %8.2fms %9.3f %8d %8d %8d %8d  verified\n", l, op, n, count, float64(el.Microseconds())/1000,
+					float64(n*count)*8/el.Seconds()/1e9, c.RetransmittedPkts-before.RetransmittedPkts, c.PacketSeqErr-before.PacketSeqErr,
+					c.LocalAckTimeoutErr-before.LocalAckTimeoutErr, c.ImpliedNakSeqErr-before.ImpliedNakSeqErr)
+				totalMsgs += count
+				totalBytes += n * count
+			}
+		}
+		before := A.qp.Counters()
+		start := time.Now()
+		if err := demoAtomics(A, B, count); err != nil {
+			return fmt.Errorf("atomics with loss %g: %v", l, err)
+		}
+		el := time.Since(start)
+		c := A.qp.Counters()
+		fmt.Fprintf(out, "%-6g %-16s %8d %5d %8.2fms %9s %8d %8d %8d %8d  verified\n", l, "FETCH_ADD+CMP_SWP", 8, 2*count, float64(el.Microseconds())/1000, "-",
+			c.RetransmittedPkts-before.RetransmittedPkts, c.PacketSeqErr-before.PacketSeqErr, c.LocalAckTimeoutErr-before.LocalAckTimeoutErr, c.ImpliedNakSeqErr-before.ImpliedNakSeqErr)
+		totalMsgs += 2 * count
+	}
+	ca, cb := A.qp.Counters(), B.qp.Counters()
+	fmt.Fprintf(out, "\n%d messages, %d bytes, every byte and every completion checked.\n", totalMsgs, totalBytes)
+	fmt.Fprintf(out, "A (requester): %s\n", describeCounters(ca))
+	fmt.Fprintf(out, "B (responder): %s\n", describeCounters(cb))
+	sa := A.ep.Stats()
+	fmt.Fprintf(out, "A's ICRC checks: %d datagrams received, %d bad ICRC; injected loss dropped %d packets\n", sa.Received, sa.BadICRC, faults.Dropped[transport.Out]+faults.Dropped[transport.In])
+	if capture != nil {
+		if err := capture.Flush(); err != nil {
+			return fmt.Errorf("writing %s: %v", pcapFile, err)
+		}
+		fmt.Fprintf(out, "capture: %s (read it with: roce-emu decode %s, or tshark -r %s)\n", pcapFile, pcapFile, pcapFile)
+	}
+	return nil
+}
+
+// demoRound runs count operations of n bytes from A to B and checks them.
+func demoRound(A, B *demoPeer, op qp.WROpcode, n, count int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// Fresh contents for each round, so a stale byte cannot pass.
+	stamp := byte(time.Now().UnixNano())
+	src, dst := A, B
+	if op == qp.IBV_WR_RDMA_READ {
+		src, dst = B, A
+	}
+	src.ep.Sync()
+	dst.ep.Sync()
+	for i := range count * n {
+		src.buf[i] = byte(i*7) ^ byte(i>>10) ^ stamp
+		dst.buf[i] = ^src.buf[i]
+	}
+	src.ep.Sync()
+	dst.ep.Sync()
+	for i := range count {
+		off := i * n
+		switch op {
+		case qp.IBV_WR_SEND:
+			if err := B.qp.PostRecv(qp.RecvWR{WRID: uint64(i), SGEs: []qp.SGE{B.mr.SGE(off, n)}}); err != nil {
+				return err
+			}
+			if err := A.qp.PostSend(qp.SendWR{WRID: uint64(i), Opcode: op, SGEs: []qp.SGE{A.mr.SGE(off, n)}}); err != nil {
+				return err
+			}
+		default:
+			if err := A.qp.PostSend(qp.SendWR{WRID: uint64(i), Opcode: op, SGEs: []qp.SGE{A.mr.SGE(off, n)},
+				RemoteAddr: B.mr.VA + uint64(off), RKey: B.mr.RKey}); err != nil {
+				return err
+			}
+		}
+	}
+	if err := expect(ctx, A.cq, count); err != nil {
+		return err
+	}
+	if op == qp.IBV_WR_SEND {
+		if err := expect(ctx, B.cq, count); err != nil {
+			return fmt.Errorf("B: %v", err)
+		}
+	}
+	src.ep.Sync()
+	dst.ep.Sync()
+	if !bytes.Equal(src.buf[:count*n], dst.buf[:count*n]) {
+		return fmt.Errorf("data differs after %s", op)
+	}
+	return nil
+}
+
+// expect waits for n successful completions in order of wr_id 0..n-1.
+func expect(ctx context.Context, cq *transport.CQ, n int) error {
+	wc := make([]qp.WC, 64)
+	got := 0
+	for got < n {
+		k, err := cq.Wait(ctx, wc)
+		if err != nil {
+			return fmt.Errorf("after %d of %d completions: %v", got, n, err)
+		}
+		for _, c := range wc[:k] {
+			if c.Status != qp.IBV_WC_SUCCESS {
+				return fmt.Errorf("completion %d: %s", c.WRID, c.Status)
+			}
+			if c.WRID != uint64(got) {
+				return fmt.Errorf("completion for wr_id %d came where %d was due", c.WRID, got)
+			}
+			got++
+		}
+	}
+	return nil
+}
+
+// demoAtomics runs count fetch-and-adds and count compare-and-swaps on one
+// word of B and checks every returned value and the final word.
+func demoAtomics(A, B *demoPeer, count int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	B.ep.Sync()
+	binary.LittleEndian.PutUint64(B.buf[0:8], 1000)
+	B.ep.Sync()
+	for i := range count {
+		if err := A.qp.PostSend(qp.SendWR{WRID: uint64(i), Opcode: qp.IBV_WR_ATOMIC_FETCH_AND_ADD, SGEs: []qp.SGE{A.mr.SGE(8*i, 8)},
+			RemoteAddr: B.mr.VA, RKey: B.mr.RKey, CompareAdd: 3}); err != nil {
+			return err
+		}
+	}
+	if err := expect(ctx, A.cq, count); err != nil {
+		return err
+	}
+	A.ep.Sync()
+	for i := range count {
+		if v := binary.LittleEndian.Uint64(A.buf[8*i:]); v != uint64(1000+3*i) {
+			return fmt.Errorf("fetch-and-add %d returned %d, want %d", i, v, 1000+3*i)
+		}
+	}
+	// Each compare-and-swap expects the value the previous one wrote.
+	base := uint64(1000 + 3*count)
+	for i := range count {
+		if err := A.qp.PostSend(qp.SendWR{WRID: uint64(i), Opcode: qp.IBV_WR_ATOMIC_CMP_AND_SWP, SGEs: []qp.SGE{A.mr.SGE(8*i, 8)},
+			RemoteAddr: B.mr.VA, RKey: B.mr.RKey, CompareAdd: base + uint64(i), Swap: base + uint64(i) + 1}); err != nil {
+			return err
+		}
+	}
+	if err := expect(ctx, A.cq, count); err != nil {
+		return err
+	}
+	A.ep.Sync()
+	B.ep.Sync()
+	for i := range count {
+		if v := binary.LittleEndian.Uint64(A.buf[8*i:]); v != base+uint64(i) {
+			return fmt.Errorf("compare-and-swap %d returned %d, want %d", i, v, base+uint64(i))
+		}
+	}
+	if v := binary.LittleEndian.Uint64(B.buf[0:8]); v != base+uint64(count) {
+		return fmt.Errorf("the word is %d after the atomics, want %d", v, base+uint64(count))
+	}
+	return nil
+}
