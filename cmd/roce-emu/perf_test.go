@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The key string perftest 6.06 on rxe sent (../shared/testdata/
+// perftest-6.06-ib_write_bw-client-exchange.txt).
+const perftestKey = "0000:0001:000011:5df3ee:000002d1:0000562bb641e000:00:00:00:00:00:00:00:00:00:00:ff:ff:c0:00:02:02:00000000:"
+
+func TestPerfKeyFormat(t *testing.T) {
+	p := peer{QPN: 0x11, PSN: 0x5df3ee, RKey: 0x2d1, VA: 0x562bb641e000, GID: netip.MustParseAddr("192.0.2.2")}
+	b := formatPerfKey(p, 1)
+	require.Len(t, b, 108)
+	assert.Equal(t, perftestKey+"\x00", string(b))
+	got, reads, err := parsePerfKey([]byte(perftestKey + "\x00"))
+	require.NoError(t, err)
+	assert.Equal(t, 1, reads)
+	assert.Equal(t, p, got)
+	for _, bad := range []string{"", "0000:0001", strings.Replace(perftestKey, "5df3ee", "5dg3ee", 1)} {
+		_, _, err := parsePerfKey([]byte(bad))
+		assert.Error(t, err, "%q", bad)
+	}
+}
+
+func runPerfPair(t *testing.T, kind string, extra ...string) (string, string) {
+	tcp, udp := freeTCPPort(t), freeUDPPort(t)
+	common := append([]string{kind, "--udp-port", udp, "-p", tcp, "--timeout", "30s"}, extra...)
+	var wg sync.WaitGroup
+	var sout, serr bytes.Buffer
+	var scode int
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		scode = run(append(append([]string{}, common...), "--bind", "127.0.0.2"), &sout, &serr)
+	}()
+	var cout, cerr bytes.Buffer
+	var ccode int
+	for try := 0; try < 50; try++ {
+		cout.Reset()
+		cerr.Reset()
+		ccode = run(append(append([]string{}, common...), "--bind", "127.0.0.1", "127.0.0.1"), &cout, &cerr)
+		if ccode == 0 || !strings.Contains(cerr.String(), "cannot reach") {
+			break
+		}
+	}
+	wg.Wait()
+	require.Equal(t, 0, ccode, "client: %s", cerr.String())
+	require.Equal(t, 0, scode, "server: %s", serr.String())
+	return cout.String(), sout.String()
+}
+
+func TestBW(t *testing.T) {
+	for _, op := range []string{"send", "write", "read"} {
+		t.Run(op, func(t *testing.T) {
+			c, s := runPerfPair(t, "bw", "-o", op, "-s", "8192", "-n", "300", "--report_gbits", "--loss", "0.01")
+			assert.Contains(t, c, "BW average[Gb/sec]")
+			assert.Regexp(t, `\n 8192 +300 +[0-9.]+ +[0-9.]+ +[0-9.]+\n`, c)
+			if op == "send" {
+				assert.Regexp(t, `\n 8192 +300 +[0-9.]+ +[0-9.]+ +[0-9.]+\n`, s, "the server of a SEND test counts receives")
+			}
+		})
+	}
+}
+
+func TestLat(t *testing.T) {
+	for _, op := range []string{"send", "write", "read"} {
+		t.Run(op, func(t *testing.T) {
+			c, _ := runPerfPair(t, "lat", "-o", op, "-n", "50")
+			assert.Contains(t, c, "t_typical[usec]")
+			assert.Regexp(t, `\n 2 +50 +[0-9.]+ `, c)
+		})
+	}
+}
+
+func TestPerfBadFlags(t *testing.T) {
+	for _, args := range [][]string{{"bw", "-o", "atomic"}, {"bw", "-s", "0"}, {"lat", "-n", "-1"}, {"bw", "a", "b"}, {"lat", "-m", "9000"}} {
+		var o, e bytes.Buffer
+		assert.Equal(t, 2, run(args, &o, &e), "%v", args)
+		assert.NotEmpty(t, e.String())
+	}
+}
