@@ -15,7 +15,7 @@ import (
 
 // udpPair opens two UDP Conns on loopback addresses with kernel-chosen
 // ports (so tests never collide with a real 4791 listener).
-func udpPair(t *testing.T) [2]Conn {
+func udpPair(t testing.TB) [2]Conn {
 	var conns [2]Conn
 	for i, a := range []string{"127.0.0.1", "127.0.0.2"} {
 		c, err := ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(a), 0), UDPOptions{TOS: bth.TrafficClass(26, bth.ECT0)})
