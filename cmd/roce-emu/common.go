@@ -133,40 +133,16 @@ type peer struct {
 	VA   uint64
 }
 
-// connAttrs are the QP attributes a command connects with.
-type connAttrs struct {
-	mtu        qp.MTU
-	timeout    uint8
-	retry      uint8
-	rnrRetry   uint8
-	minRNR     uint8
-	rdAtomic   uint8
-	hopLimit   uint8
-	access     qp.Access
-	remotePort uint16
-}
-
 // rcPingpongAttrs are ibv_rc_pingpong's: min_rnr_timer 12, timeout 14,
 // retry_cnt 7, rnr_retry 7, max_rd_atomic 1, hop limit 1 (ROCEV2.md 6).
-func rcPingpongAttrs(mtu qp.MTU, port uint16) connAttrs {
-	return connAttrs{mtu: mtu, timeout: 14, retry: 7, rnrRetry: 7, minRNR: 12, rdAtomic: 1, hopLimit: 1,
-		access: qp.IBV_ACCESS_LOCAL_WRITE, remotePort: port}
+func rcPingpongAttrs(mtu qp.MTU) transport.ConnectAttr {
+	return transport.ConnectAttr{PathMTU: mtu, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 12, MaxRdAtomic: 1,
+		HopLimit: 1, Access: qp.IBV_ACCESS_LOCAL_WRITE}
 }
 
-// connectQP moves q through INIT, RTR and RTS towards remote.
-func connectQP(q *transport.QP, local, remote peer, a connAttrs) error {
-	if err := q.Modify(&qp.Attr{State: qp.IBV_QPS_INIT, AccessFlags: a.access}, qp.IBV_QP_STATE|qp.IBV_QP_ACCESS_FLAGS|qp.IBV_QP_PKEY_INDEX|qp.IBV_QP_PORT); err != nil {
-		return err
-	}
-	av := qp.AddressVector{Remote: netip.AddrPortFrom(remote.GID, a.remotePort), HopLimit: a.hopLimit}
-	if err := q.Modify(&qp.Attr{State: qp.IBV_QPS_RTR, PathMTU: a.mtu, DestQPN: remote.QPN, RQPSN: remote.PSN,
-		MaxDestRdAtomic: a.rdAtomic, MinRNRTimer: a.minRNR, AV: av},
-		qp.IBV_QP_STATE|qp.IBV_QP_AV|qp.IBV_QP_PATH_MTU|qp.IBV_QP_DEST_QPN|qp.IBV_QP_RQ_PSN|qp.IBV_QP_MAX_DEST_RD_ATOMIC|qp.IBV_QP_MIN_RNR_TIMER); err != nil {
-		return err
-	}
-	return q.Modify(&qp.Attr{State: qp.IBV_QPS_RTS, SQPSN: local.PSN, Timeout: a.timeout, RetryCnt: a.retry,
-		RNRRetry: a.rnrRetry, MaxRdAtomic: a.rdAtomic},
-		qp.IBV_QP_STATE|qp.IBV_QP_SQ_PSN|qp.IBV_QP_TIMEOUT|qp.IBV_QP_RETRY_CNT|qp.IBV_QP_RNR_RETRY|qp.IBV_QP_MAX_QP_RD_ATOMIC)
+// remoteOf is where a peer's packets go.
+func remoteOf(p peer, port uint16) transport.Remote {
+	return transport.Remote{Addr: netip.AddrPortFrom(p.GID, port), QPN: p.QPN, PSN: p.PSN}
 }
 
 // mtuFlag parses -m: 256, 512, 1024, 2048 or 4096.

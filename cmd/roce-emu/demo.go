@@ -121,9 +121,9 @@ func demo(a, b string, port uint16, pcapFile string, loss float64, mtu qp.MTU, c
 		o := peers[1-i]
 		local := peer{QPN: p.qp.QPN(), PSN: bth.PSN(0xFFFF00 + 0x40*i), GID: p.ep.LocalAddr().Addr()}
 		remote := peer{QPN: o.qp.QPN(), PSN: bth.PSN(0xFFFF00 + 0x40*(1-i)), GID: o.ep.LocalAddr().Addr()}
-		attrs := connAttrs{mtu: mtu, timeout: 10, retry: 7, rnrRetry: 7, minRNR: 1, rdAtomic: 16, hopLimit: 64,
-			access: qp.IBV_ACCESS_LOCAL_WRITE | qp.IBV_ACCESS_REMOTE_WRITE | qp.IBV_ACCESS_REMOTE_READ | qp.IBV_ACCESS_REMOTE_ATOMIC, remotePort: port}
-		if err := connectQP(p.qp, local, remote, attrs); err != nil {
+		attrs := transport.ConnectAttr{PathMTU: mtu, Timeout: 10, MinRNRTimer: 1,
+			Access: qp.IBV_ACCESS_LOCAL_WRITE | qp.IBV_ACCESS_REMOTE_WRITE | qp.IBV_ACCESS_REMOTE_READ | qp.IBV_ACCESS_REMOTE_ATOMIC}
+		if err := p.qp.Connect(remoteOf(remote, port), local.PSN, attrs); err != nil {
 			return err
 		}
 	}

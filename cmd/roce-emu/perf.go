@@ -216,7 +216,7 @@ func perf(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, out io.Wr
 	if err != nil {
 		return err
 	}
-	attrs := connAttrs{mtu: mtu, timeout: 14, retry: 7, rnrRetry: 7, minRNR: 12, rdAtomic: 16, hopLimit: 64, access: access, remotePort: uint16(f.udpPort)}
+	attrs := transport.ConnectAttr{PathMTU: mtu, Access: access}
 	local := peer{QPN: q.QPN(), PSN: randomPSN(), GID: ep.LocalAddr().Addr(), RKey: mr.RKey, VA: mr.VA}
 	if err := q.Modify(&qp.Attr{State: qp.IBV_QPS_INIT, AccessFlags: access}, qp.IBV_QP_STATE|qp.IBV_QP_ACCESS_FLAGS); err != nil {
 		return err
@@ -278,7 +278,7 @@ func perf(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, out io.Wr
 	if remote, _, err = parsePerfKey(key); err != nil {
 		return err
 	}
-	if err := connectQPFromInit(q, local, remote, attrs); err != nil {
+	if err := q.Connect(remoteOf(remote, uint16(f.udpPort)), local.PSN, attrs); err != nil {
 		return err
 	}
 	// Barrier: both QPs are in RTS before anything is sent.

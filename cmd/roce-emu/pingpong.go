@@ -14,7 +14,6 @@ import (
 
 	"github.com/roce-emu/roce-emu/bth"
 	"github.com/roce-emu/roce-emu/qp"
-	"github.com/roce-emu/roce-emu/transport"
 )
 
 // The ibv_rc_pingpong out-of-band exchange (rdma-core
@@ -169,8 +168,8 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	a := rcPingpongAttrs(mtu, uint16(f.udpPort))
-	if err := q.Modify(&qp.Attr{State: qp.IBV_QPS_INIT, AccessFlags: a.access}, qp.IBV_QP_STATE|qp.IBV_QP_ACCESS_FLAGS|qp.IBV_QP_PKEY_INDEX|qp.IBV_QP_PORT); err != nil {
+	a := rcPingpongAttrs(mtu)
+	if err := q.Modify(&qp.Attr{State: qp.IBV_QPS_INIT, AccessFlags: a.Access}, qp.IBV_QP_STATE|qp.IBV_QP_ACCESS_FLAGS|qp.IBV_QP_PKEY_INDEX|qp.IBV_QP_PORT); err != nil {
 		return err
 	}
 	recv := qp.RecvWR{WRID: recvWRID, SGEs: []qp.SGE{mr.SGE(0, f.size)}}
@@ -185,7 +184,7 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) error {
 	var remote peer
 	connect := func(r peer) error {
 		remote = r
-		return connectQPFromInit(q, local, r, a)
+		return q.Connect(remoteOf(r, uint16(f.udpPort)), local.PSN, a)
 	}
 	if mode == "client" {
 		err = clientExchange(ctx, net.JoinHostPort(host, strconv.Itoa(f.port)), local, connect)
@@ -267,22 +266,6 @@ func qpPSN(v uint64) bth.PSN { return bth.PSN(v & bth.PSNMask) }
 func gidString(a netip.Addr) string {
 	g := gidOf(a)
 	return netip.AddrFrom16(g).String()
-}
-
-// connectQPFromInit moves a QP already in INIT to RTR and RTS.
-func connectQPFromInit(q *transport.QP, local, remote peer, a connAttrs) error {
-	av := qp.AddressVector{Remote: netip.AddrPortFrom(remote.GID, a.remotePort), HopLimit: a.hopLimit}
-	if err := q.Modify(&qp.Attr{State: qp.IBV_QPS_RTR, PathMTU: a.mtu, DestQPN: remote.QPN, RQPSN: remote.PSN,
-		MaxDestRdAtomic: a.rdAtomic, MinRNRTimer: a.minRNR, AV: av},
-		qp.IBV_QP_STATE|qp.IBV_QP_AV|qp.IBV_QP_PATH_MTU|qp.IBV_QP_DEST_QPN|qp.IBV_QP_RQ_PSN|qp.IBV_QP_MAX_DEST_RD_ATOMIC|qp.IBV_QP_MIN_RNR_TIMER); err != nil {
-		return fmt.Errorf("cannot move the QP to RTR towards %s QPN %#x: %v", remote.GID, remote.QPN, err)
-	}
-	if err := q.Modify(&qp.Attr{State: qp.IBV_QPS_RTS, SQPSN: local.PSN, Timeout: a.timeout, RetryCnt: a.retry,
-		RNRRetry: a.rnrRetry, MaxRdAtomic: a.rdAtomic},
-		qp.IBV_QP_STATE|qp.IBV_QP_SQ_PSN|qp.IBV_QP_TIMEOUT|qp.IBV_QP_RETRY_CNT|qp.IBV_QP_RNR_RETRY|qp.IBV_QP_MAX_QP_RD_ATOMIC); err != nil {
-		return fmt.Errorf("cannot move the QP to RTS: %v", err)
-	}
-	return nil
 }
 
 // clientExchange is pp_client_exch_dest: send ours, read theirs, connect,
