@@ -193,9 +193,6 @@ func (s WCStatus) String() string {
 	return "WCStatus(" + strconv.Itoa(int(s)) + ")"
 }
 
-// Error makes a failed status usable as an error.
-func (s WCStatus) Error() string { return "qp: work completion " + s.String() }
-
 // SendFlags are ibv_send_flags.
 type SendFlags uint8
 
