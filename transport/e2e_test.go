@@ -345,3 +345,35 @@ func TestMemStateErrors(t *testing.T) {
 		assert.Equal(t, qp.IBV_WC_WR_FLUSH_ERR, wc[0].Status, "posting in ERR completes with a flush error")
 	})
 }
+
+// Fault rules as a Network selector: drop the first and the second
+// transmission of the WRITE Middle with PSN 0x1003, so that only the third
+// copy arrives. The first loss is repaired by the sequence NAK the next
+// packet provokes; the second by the local ACK timeout, since the
+// responder NAKs a gap only once.
+func TestMemSelectorFromFaultRules(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		psn, op := bth.PSN(0x1003), bth.RCWriteMiddle
+		f := NewFaults(1, &FaultRule{Kind: FaultDrop, Dir: Both, PSN: &psn, Opcode: &op, Nth: 1},
+			&FaultRule{Kind: FaultDrop, Dir: Both, PSN: &psn, Opcode: &op, Nth: 2})
+		cfg := defaultPair()
+		cfg.timeout = 8
+		s, n := memPair(t, Impairments{Delay: 5 * time.Microsecond}, cfg)
+		n.SetImpairments(Impairments{Delay: 5 * time.Microsecond, Selector: f.Selector()})
+		a, b := s[0], s[1]
+		src := pattern(8192, 2)
+		dst := make([]byte, 8192)
+		smr, _ := a.pd.RegMR(src, qp.IBV_ACCESS_LOCAL_WRITE)
+		dmr, _ := b.pd.RegMR(dst, qp.IBV_ACCESS_LOCAL_WRITE|qp.IBV_ACCESS_REMOTE_WRITE)
+		require.NoError(t, a.qp.PostSend(qp.SendWR{WRID: 1, Opcode: qp.IBV_WR_RDMA_WRITE, SGEs: []qp.SGE{smr.SGE(0, 8192)}, RemoteAddr: dmr.VA, RKey: dmr.RKey}))
+		wc := wait(t, a.cq, 1)
+		require.Equal(t, qp.IBV_WC_SUCCESS, wc[0].Status)
+		b.ep.Sync()
+		assert.Equal(t, src, dst)
+		assert.Equal(t, uint64(2), n.Lost, "two copies of PSN 0x1003 dropped")
+		c := a.qp.Counters()
+		assert.Equal(t, uint64(1), c.PacketSeqErr, "%+v", c)
+		assert.Equal(t, uint64(1), c.LocalAckTimeoutErr, "%+v", c)
+		assert.Equal(t, uint64(1), b.qp.Counters().NAKsSent)
+	})
+}

@@ -67,7 +67,7 @@ type Faults struct {
 	rules []*FaultRule
 	rng   *rand.Rand
 	// Acted counts packets dropped, duplicated and delayed, per direction.
-	Dropped, Duplicated, Delayed [3]uint64
+	Dropped, Duplicated, Delayed [4]uint64 // indexed by Direction
 }
 
 // NewFaults returns a rule set drawing its probabilities from seed.
@@ -135,6 +135,19 @@ func (f *Faults) Apply(dir Direction, p *bth.Packet) (drop, dup bool, delay time
 
 // Acted returns how many packets the rule has acted on.
 func (r *FaultRule) Acted() int { return r.acted }
+
+// Selector turns the rules into a Network Selector, so that the same
+// rules (drop the 3rd packet with PSN x, say) can act inside an in-memory
+// Network; a Network has no directions, so each rule's Dir is ignored.
+func (f *Faults) Selector() func(d *Datagram, p *bth.Packet) Action {
+	return func(d *Datagram, p *bth.Packet) Action {
+		if p == nil {
+			return Action{}
+		}
+		drop, dup, delay := f.Apply(Both, p)
+		return Action{Drop: drop, Duplicate: dup, Delay: delay}
+	}
+}
 
 // LossRule is "drop each packet, in both directions, with probability p".
 func LossRule(p float64) *FaultRule {

@@ -28,6 +28,8 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	mtuBytes := fs.Int("m", 1024, "path `MTU`")
 	count := fs.Int("n", 16, "messages per operation and size")
 	seed := fs.Uint64("seed", 1, "random `seed` of the loss")
+	var faultSpecs multiFlag
+	fs.Var(&faultSpecs, "fault", "inject a fault in both rounds, as ACTION[:KEY=VALUE,...] (repeatable; see README)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: roce-emu demo [flags]")
 		fmt.Fprintln(stderr, "\nTwo roce-emu peers on loopback addresses run RC SEND, RDMA WRITE, RDMA READ and")
@@ -56,11 +58,23 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	if err == nil && (*port == 0 || *port > 65535) {
 		err = fmt.Errorf("--udp-port %d: must be 1-65535", *port)
 	}
+	var rules []*transport.FaultRule
+	for _, s := range faultSpecs {
+		if err != nil {
+			break
+		}
+		var r *transport.FaultRule
+		if r, err = transport.ParseFault(s); err == nil {
+			rules = append(rules, r)
+		} else {
+			err = fmt.Errorf("--fault: %v", err)
+		}
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "roce-emu demo: %v\n", err)
 		return 2
 	}
-	if err := demo(*addrA, *addrB, uint16(*port), *pcapFile, *loss, mtu, *count, *seed, stdout); err != nil {
+	if err := demo(*addrA, *addrB, uint16(*port), *pcapFile, *loss, rules, mtu, *count, *seed, stdout); err != nil {
 		fmt.Fprintf(stderr, "roce-emu demo: %v\n", err)
 		return 1
 	}
@@ -76,7 +90,7 @@ type demoPeer struct {
 	mr  *qp.MR
 }
 
-func demo(a, b string, port uint16, pcapFile string, loss float64, mtu qp.MTU, count int, seed uint64, out io.Writer) error {
+func demo(a, b string, port uint16, pcapFile string, loss float64, rules []*transport.FaultRule, mtu qp.MTU, count int, seed uint64, out io.Writer) error {
 	sizes := []int{1, mtu.Bytes() - 1, mtu.Bytes(), mtu.Bytes() + 1, 64 << 10, 1 << 20}
 	maxSize := sizes[len(sizes)-1]
 	faults := transport.NewFaults(seed)
@@ -134,9 +148,9 @@ func demo(a, b string, port uint16, pcapFile string, loss float64, mtu qp.MTU, c
 	totalMsgs, totalBytes := 0, 0
 	for _, l := range []float64{0, loss} {
 		if l > 0 {
-			faults.SetRules(transport.LossRule(l))
+			faults.SetRules(append([]*transport.FaultRule{transport.LossRule(l)}, rules...)...)
 		} else {
-			faults.SetRules()
+			faults.SetRules(rules...)
 		}
 		for _, op := range []qp.WROpcode{qp.IBV_WR_SEND, qp.IBV_WR_RDMA_WRITE, qp.IBV_WR_RDMA_READ} {
 			for _, n := range sizes {
