@@ -11,9 +11,11 @@
 //	+----------+---------+-----+-----+---------------+---------+---------+------+
 //	                           |<------------- UDP payload ----------------->|
 //
-// Decoding never allocates and never panics: a packet that is too short for
-// its opcode or inconsistent with it returns a *DecodeError that wraps one of
-// the sentinel errors in errors.go. Encoding appends to a caller's buffer.
+// Decoding never panics and does not allocate on valid packets: a packet
+// that is too short for its opcode or inconsistent with it returns a
+// *DecodeError (the one allocation) that wraps one of the sentinel errors in
+// errors.go. Packet.DecodePrefix decodes the headers of a packet that a
+// capture cut short. Encoding appends to a caller's buffer.
 //
 // The package imports only the standard library.
 package bth

@@ -122,6 +122,7 @@ func FuzzPacket(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var p Packet
 		err := p.Decode(data)
+		checkPrefixes(t, data, &p, err)
 		if err != nil {
 			var de *DecodeError
 			if !errors.As(err, &de) {
@@ -191,6 +192,79 @@ func FuzzPacket(f *testing.F) {
 			t.Fatalf("canonical packet re-encoded differently:\n got % x\nwant % x", enc, data)
 		}
 	})
+}
+
+// checkPrefixes checks DecodePrefix against Decode on cuts of data: the
+// whole of it is Decode; a cut inside the headers is ErrTruncated (or the
+// BTH error Decode gives); a cut after them decodes the same headers, and
+// the payload present is the start of Decode's; an invalid packet stays
+// invalid however it is cut.
+func checkPrefixes(t *testing.T, data []byte, p *Packet, err error) {
+	var q Packet
+	qerr := q.DecodePrefix(data, len(data))
+	if (err == nil) != (qerr == nil) || err != nil && err.Error() != qerr.Error() {
+		t.Fatalf("DecodePrefix(all %d bytes) = %v, Decode = %v", len(data), qerr, err)
+	}
+	if err == nil && !samePacket(*p, q) {
+		t.Fatalf("DecodePrefix(all bytes) = %+v, Decode = %+v", q, *p)
+	}
+	hdr := -1
+	if info := Opcode(firstByte(data)).Info(); info != nil {
+		hdr = BTHLen + info.Ext.Len()
+	}
+	for _, cut := range []int{0, BTHLen - 1, BTHLen, hdr - 1, hdr, hdr + 1, len(data) / 2, len(data) - 5, len(data) - 1} {
+		if cut < 0 || cut >= len(data) {
+			continue
+		}
+		var c Packet
+		cerr := c.DecodePrefix(data[:cut], len(data))
+		if cerr != nil {
+			var de *DecodeError
+			if !errors.As(cerr, &de) {
+				t.Fatalf("DecodePrefix error %T %v is not a *DecodeError", cerr, cerr)
+			}
+			_ = cerr.Error()
+		}
+		switch {
+		case hdr < 0 || cut < hdr:
+			// Cut inside the headers, or an opcode with no headers to
+			// decode: an error, ErrTruncated unless the BTH itself is bad.
+			if cerr == nil {
+				t.Fatalf("DecodePrefix(%d of %d bytes) inside the %d header bytes: no error", cut, len(data), hdr)
+			}
+			if cut < BTHLen && !errors.Is(cerr, ErrTruncated) {
+				t.Fatalf("DecodePrefix(%d bytes) = %v, want ErrTruncated", cut, cerr)
+			}
+		case err != nil:
+			if cerr == nil {
+				t.Fatalf("Decode = %v but DecodePrefix(%d of %d bytes) succeeded", err, cut, len(data))
+			}
+			if errors.Is(cerr, ErrTruncated) != errors.Is(err, ErrTruncated) {
+				t.Fatalf("Decode = %v, DecodePrefix(%d of %d bytes) = %v", err, cut, len(data), cerr)
+			}
+		default:
+			if cerr != nil {
+				t.Fatalf("Decode ok, DecodePrefix(%d of %d bytes) = %v", cut, len(data), cerr)
+			}
+			want := *p
+			n := min(len(p.Payload), cut-hdr)
+			want.Payload = p.Payload[:n]
+			want.ICRC = 0
+			if !samePacket(want, c) {
+				t.Fatalf("DecodePrefix(%d of %d bytes) = %+v, want %+v", cut, len(data), c, want)
+			}
+			if cap(c.Payload) != n {
+				t.Fatalf("DecodePrefix payload capacity %d, length %d", cap(c.Payload), n)
+			}
+		}
+	}
+}
+
+func firstByte(b []byte) byte {
+	if len(b) == 0 {
+		return 0
+	}
+	return b[0]
 }
 
 func FuzzICRC(f *testing.F) {

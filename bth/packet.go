@@ -18,11 +18,12 @@ type Packet struct {
 	ImmDt        ImmDt
 	IETH         IETH
 	// Payload is the data after the headers, without pad and ICRC. After
-	// Decode it aliases the decoded buffer.
+	// Decode it aliases the decoded buffer; after DecodePrefix it is the
+	// part of the payload that was captured.
 	Payload []byte
 	// ICRC is the invariant CRC as read by Decode (the CRC value; on the
-	// wire its bytes are little-endian). Append computes its own and ignores
-	// this field.
+	// wire its bytes are little-endian); 0 after DecodePrefix of a packet
+	// cut before its ICRC. Append computes its own and ignores this field.
 	ICRC uint32
 }
 
@@ -34,18 +35,90 @@ type Packet struct {
 // Errors are *DecodeError wrapping ErrTruncated, ErrUnknownOpcode, ErrTVer,
 // ErrPadCnt or ErrUnexpectedPayload. When only the BTH decoded (unknown
 // opcode, bad TVer, truncated extended header), p.BTH is still filled in.
-// Decode never allocates.
+// Decode does not allocate on valid packets; the *DecodeError of an invalid
+// one is allocated.
 func (p *Packet) Decode(b []byte) error {
-	if err := p.BTH.Decode(b); err != nil {
+	off, info, err := p.decodeHeaders(b)
+	if err != nil {
 		return err
+	}
+	op := p.BTH.Opcode
+	if len(b) < off+ICRCLen {
+		return &DecodeError{Err: ErrTruncated, Header: "ICRC", Opcode: op, OpcodeKnown: true, Need: off + ICRCLen, Have: len(b)}
+	}
+	end := len(b) - ICRCLen
+	rest := b[off:end]
+	pad := int(p.BTH.PadCnt)
+	if !info.Payload && len(rest) != 0 {
+		return &DecodeError{Err: ErrUnexpectedPayload, Header: "payload", Opcode: op, OpcodeKnown: true, Need: off + ICRCLen, Have: len(b)}
+	}
+	if pad > len(rest) {
+		return &DecodeError{Err: ErrPadCnt, Header: "payload", Opcode: op, OpcodeKnown: true, Need: off + pad + ICRCLen, Have: len(b)}
+	}
+	p.Payload = rest[: len(rest)-pad : len(rest)-pad]
+	p.ICRC = binary.LittleEndian.Uint32(b[end:])
+	return nil
+}
+
+// DecodePrefix decodes a packet of which only the first bytes were
+// captured, as in a capture cut by its snapshot length. b holds the first
+// bytes of a UDP payload (BTH to ICRC) of total bytes, total being the
+// payload length the UDP header gives (UDP length - 8).
+//
+// The BTH and the extended headers of the opcode are decoded from b; they
+// must all be in b. The checks of Decode that need the length, not the
+// bytes, are made against total: that the packet holds its headers and the
+// ICRC, that PadCnt fits, that opcodes without payload carry none. Payload
+// is the payload bytes present in b, without the pad and ICRC when b reaches
+// them; the payload length on the wire is
+//
+//	total - BTHLen - Opcode.Info().Ext.Len() - PadCnt - ICRCLen
+//
+// ICRC is set to 0 when b does not hold it. When b holds the whole packet
+// (len(b) >= total), DecodePrefix is Decode(b[:total]).
+//
+// Errors are those of Decode: ErrTruncated only when b ends inside the
+// headers or total is too small for the headers and the ICRC. DecodePrefix
+// does not allocate on valid packets.
+func (p *Packet) DecodePrefix(b []byte, total int) error {
+	if len(b) >= total {
+		return p.Decode(b[:max(total, 0)])
+	}
+	off, info, err := p.decodeHeaders(b)
+	if err != nil {
+		return err
+	}
+	op := p.BTH.Opcode
+	if total < off+ICRCLen {
+		return &DecodeError{Err: ErrTruncated, Header: "ICRC", Opcode: op, OpcodeKnown: true, Need: off + ICRCLen, Have: total}
+	}
+	rest := total - off - ICRCLen
+	pad := int(p.BTH.PadCnt)
+	if !info.Payload && rest != 0 {
+		return &DecodeError{Err: ErrUnexpectedPayload, Header: "payload", Opcode: op, OpcodeKnown: true, Need: off + ICRCLen, Have: total}
+	}
+	if pad > rest {
+		return &DecodeError{Err: ErrPadCnt, Header: "payload", Opcode: op, OpcodeKnown: true, Need: off + pad + ICRCLen, Have: total}
+	}
+	end := min(off+rest-pad, len(b))
+	p.Payload = b[off:end:end]
+	p.ICRC = 0
+	return nil
+}
+
+// decodeHeaders decodes the BTH and the extended headers of its opcode from
+// b and returns where the headers end and the opcode's table entry.
+func (p *Packet) decodeHeaders(b []byte) (int, *OpInfo, error) {
+	if err := p.BTH.Decode(b); err != nil {
+		return 0, nil, err
 	}
 	op := p.BTH.Opcode
 	info := op.Info()
 	if info == nil {
-		return &DecodeError{Err: ErrUnknownOpcode, Header: "BTH", Opcode: op, OpcodeKnown: true}
+		return 0, nil, &DecodeError{Err: ErrUnknownOpcode, Header: "BTH", Opcode: op, OpcodeKnown: true}
 	}
 	if p.BTH.TVer != 0 {
-		return &DecodeError{Err: ErrTVer, Header: "BTH", Opcode: op, OpcodeKnown: true}
+		return 0, nil, &DecodeError{Err: ErrTVer, Header: "BTH", Opcode: op, OpcodeKnown: true}
 	}
 	off := BTHLen
 	for _, x := range extOrder {
@@ -53,7 +126,7 @@ func (p *Packet) Decode(b []byte) error {
 			continue
 		}
 		if len(b) < off+x.size {
-			return &DecodeError{Err: ErrTruncated, Header: x.name, Opcode: op, OpcodeKnown: true, Need: off + x.size, Have: len(b)}
+			return 0, nil, &DecodeError{Err: ErrTruncated, Header: x.name, Opcode: op, OpcodeKnown: true, Need: off + x.size, Have: len(b)}
 		}
 		h := b[off:]
 		switch x.ext {
@@ -74,21 +147,7 @@ func (p *Packet) Decode(b []byte) error {
 		}
 		off += x.size
 	}
-	if len(b) < off+ICRCLen {
-		return &DecodeError{Err: ErrTruncated, Header: "ICRC", Opcode: op, OpcodeKnown: true, Need: off + ICRCLen, Have: len(b)}
-	}
-	end := len(b) - ICRCLen
-	rest := b[off:end]
-	pad := int(p.BTH.PadCnt)
-	if !info.Payload && len(rest) != 0 {
-		return &DecodeError{Err: ErrUnexpectedPayload, Header: "payload", Opcode: op, OpcodeKnown: true, Need: off + ICRCLen, Have: len(b)}
-	}
-	if pad > len(rest) {
-		return &DecodeError{Err: ErrPadCnt, Header: "payload", Opcode: op, OpcodeKnown: true, Need: off + pad + ICRCLen, Have: len(b)}
-	}
-	p.Payload = rest[: len(rest)-pad : len(rest)-pad]
-	p.ICRC = binary.LittleEndian.Uint32(b[end:])
-	return nil
+	return off, info, nil
 }
 
 // Len returns the UDP payload size Append will produce: headers, payload,
