@@ -1,0 +1,295 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// scenario is one automated pass/fail check.
+type scenario struct {
+	name   string
+	proves string
+	run    func(h *harness) (string, error)
+}
+
+func (h *harness) scenarios() []scenario {
+	var ss []scenario
+	for _, mtu := range []int{1024, 4096} {
+		for _, size := range []int{1, 64, 4096, 65536} {
+			if mtu == 4096 && size < 4096 {
+				continue
+			}
+			ss = append(ss,
+				scenario{fmt.Sprintf("pingpong-rxe-client-mtu%d-s%d", mtu, size),
+					"rxe's ibv_rc_pingpong client completes 100 exchanges with roce-emu server",
+					func(h *harness) (string, error) { return h.pingpong(false, mtu, size, 100, nil) }},
+				scenario{fmt.Sprintf("pingpong-roce-emu-client-mtu%d-s%d", mtu, size),
+					"roce-emu client completes 100 exchanges with rxe's ibv_rc_pingpong server",
+					func(h *harness) (string, error) { return h.pingpong(true, mtu, size, 100, nil) }})
+		}
+	}
+	ss = append(ss,
+		scenario{"fault-drop-send-middle-towards-rxe",
+			"a data packet roce-emu sends is lost: rxe NAKs the sequence error once, roce-emu goes back N, data arrives",
+			func(h *harness) (string, error) {
+				return h.pingpong(true, 1024, 65536, 20, &faultCheck{spec: "drop:dir=out,opcode=SEND_MIDDLE,nth=10",
+					ours: map[string]int{"seq NAKs received": 1}, rxe: []string{"out_of_seq_request"}})
+			}},
+		scenario{"fault-drop-send-middle-from-rxe",
+			"a data packet from rxe is lost: roce-emu NAKs it once, rxe goes back N, data arrives",
+			func(h *harness) (string, error) {
+				return h.pingpong(true, 1024, 65536, 20, &faultCheck{spec: "drop:dir=in,opcode=SEND_MIDDLE,nth=10",
+					ours: map[string]int{"out-of-sequence": 1}, rxe: []string{"rcvd_seq_err"}})
+			}},
+		scenario{"fault-drop-ack-from-rxe",
+			"an ACK from rxe is lost: the next ACK covers it or roce-emu's timer resends, and rxe re-ACKs the duplicate",
+			func(h *harness) (string, error) {
+				return h.pingpong(true, 1024, 4096, 50, &faultCheck{spec: "drop:dir=in,opcode=ACKNOWLEDGE,nth=5"})
+			}},
+	)
+	return ss
+}
+
+// faultCheck is what a fault scenario injects and expects to see counted.
+type faultCheck struct {
+	spec string
+	ours map[string]int // roce-emu counters (names as printed) that must reach at least this
+	rxe  []string       // rxe hw_counters that must grow
+}
+
+func (h *harness) runAll() {
+	for _, s := range h.scenarios() {
+		if h.only != "" && !strings.Contains(s.name, h.only) {
+			continue
+		}
+		start := time.Now()
+		before := h.counters()
+		capt, err := h.startCapture(s.name)
+		var detail string
+		if err == nil {
+			detail, err = s.run(h)
+			capt.stop()
+		}
+		after := h.counters()
+		if err == nil {
+			var cd string
+			cd, err = h.checkCapture(capt.file)
+			detail += "; " + cd
+		}
+		rxe := delta(before, after)
+		if err == nil && h.lastFault != nil {
+			for _, c := range h.lastFault.rxe {
+				if rxe[c] <= 0 {
+					err = fmt.Errorf("rxe counter %s did not grow (rxe counters changed:%s)", c, fmtCounters(rxe))
+				}
+			}
+		}
+		h.lastFault = nil
+		el := time.Since(start).Seconds()
+		if err != nil {
+			h.failed++
+			fmt.Printf("FAIL %s (%.1fs): %v\n", s.name, el, err)
+		} else {
+			h.passed++
+			fmt.Printf("PASS %s (%.1fs): %s\n", s.name, el, detail)
+		}
+		fmt.Printf("     proves: %s\n     rxe counters:%s\n", s.proves, fmtCounters(rxe))
+	}
+}
+
+// setMTU sets the tap's and the guest's interface MTU so that rxe's active
+// MTU becomes 1024 (1500) or 4096 (9000).
+func (h *harness) setMTU(pathMTU int) error {
+	ifmtu := "1500"
+	if pathMTU == 4096 {
+		ifmtu = "9000"
+	}
+	if out, err := exec.Command("ip", "link", "set", tap, "mtu", ifmtu).CombinedOutput(); err != nil {
+		return fmt.Errorf("ip link set %s mtu %s: %v %s", tap, ifmtu, err, out)
+	}
+	out, rc, err := h.guest("ip link set eth0 mtu "+ifmtu+" && sleep 1 && ibv_devinfo -d rxe0 | grep active_mtu", 20*time.Second)
+	if err != nil || rc != 0 {
+		return fmt.Errorf("guest MTU %s: %v %s", ifmtu, err, out)
+	}
+	if !strings.Contains(out, strconv.Itoa(pathMTU)) {
+		return fmt.Errorf("rxe active MTU is not %d after setting the interface MTU to %s: %s", pathMTU, ifmtu, strings.TrimSpace(out))
+	}
+	return nil
+}
+
+// pingpong runs ibv_rc_pingpong in the guest against roce-emu on the host:
+// roce-emu as client (ourClient) or as server.
+func (h *harness) pingpong(ourClient bool, mtu, size, iters int, fault *faultCheck) (string, error) {
+	if err := h.setMTU(mtu); err != nil {
+		return "", err
+	}
+	h.lastFault = fault
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	n, s, m := strconv.Itoa(iters), strconv.Itoa(size), strconv.Itoa(mtu)
+	args := []string{"--bind", hostIP, "-n", n, "-s", s, "-m", m, "--timeout", "90s"}
+	if fault != nil {
+		args = append(args, "--fault", fault.spec)
+	}
+	guestCmd := "ibv_rc_pingpong -d rxe0 -g 1 -n " + n + " -s " + s + " -m " + m
+	type res struct {
+		out string
+		rc  int
+		err error
+	}
+	guestDone := make(chan res, 1)
+	var ours *strings.Builder
+	var oursErr error
+	if ourClient {
+		go func() {
+			out, rc, err := h.guest(guestCmd, 100*time.Second)
+			guestDone <- res{out, rc, err}
+		}()
+		// The guest's server needs a moment to listen (TCG is slow).
+		for try := 0; try < 40; try++ {
+			time.Sleep(500 * time.Millisecond)
+			cmd, buf := h.roceEmuCmd(ctx, "client", append([]string{"client"}, append(args, guestIP)...)...)
+			oursErr = cmd.Run()
+			ours = buf
+			if oursErr == nil || !strings.Contains(buf.String(), "cannot reach") {
+				break
+			}
+		}
+	} else {
+		cmd, buf := h.roceEmuCmd(ctx, "server", append([]string{"server"}, args...)...)
+		if err := cmd.Start(); err != nil {
+			return "", err
+		}
+		time.Sleep(500 * time.Millisecond)
+		out, rc, err := h.guest(guestCmd+" "+hostIP, 100*time.Second)
+		guestDone <- res{out, rc, err}
+		oursErr = cmd.Wait()
+		ours = buf
+	}
+	g := <-guestDone
+	h.writeLog(fmt.Sprintf("pingpong-%v-%d-%d-%d-roce-emu", ourClient, mtu, size, iters), ours.String())
+	h.writeLog(fmt.Sprintf("pingpong-%v-%d-%d-%d-guest", ourClient, mtu, size, iters), g.out)
+	switch {
+	case g.err != nil:
+		return "", fmt.Errorf("guest: %v", g.err)
+	case g.rc != 0:
+		return "", fmt.Errorf("ibv_rc_pingpong exited %d: %s", g.rc, lastLines(g.out, 3))
+	case oursErr != nil:
+		return "", fmt.Errorf("roce-emu: %v: %s", oursErr, lastLines(ours.String(), 3))
+	}
+	want := n + " iters in"
+	if !strings.Contains(g.out, want) || !strings.Contains(ours.String(), want) {
+		return "", fmt.Errorf("a side did not report %q", want)
+	}
+	if strings.Contains(ours.String(), "warning") {
+		return "", fmt.Errorf("roce-emu: %s", lastLines(ours.String(), 2))
+	}
+	counters := counterLine(ours.String())
+	if fault != nil {
+		got := parseCounters(counters)
+		for k, min := range fault.ours {
+			if got[k] < min {
+				return "", fmt.Errorf("roce-emu counter %q is %d, want at least %d (%s)", k, got[k], min, counters)
+			}
+		}
+	}
+	return fmt.Sprintf("rxe: %s; roce-emu %s", strings.TrimSpace(lastLines(g.out, 1)), counters), nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+func counterLine(s string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "counters:") {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
+}
+
+
+// parseCounters reads roce-emu's "counters:" line, e.g. "seq NAKs received 1".
+func parseCounters(line string) map[string]int {
+	m := map[string]int{}
+	line = strings.TrimPrefix(line, "counters:")
+	for _, part := range strings.Split(line, ",") {
+		part = strings.TrimSpace(part)
+		i := strings.LastIndex(part, " ")
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.Atoi(part[i+1:])
+		if err != nil {
+			continue
+		}
+		m[part[:i]] = v
+	}
+	return m
+}
+
+// checkCapture decodes a scenario's capture with roce-emu and with tshark:
+// both must see the same RoCEv2 packets, every ICRC (in both directions:
+// the capture has the real IP headers) must verify, and tshark must report
+// nothing malformed.
+func (h *harness) checkCapture(file string) (string, error) {
+	out, err := exec.Command(h.roceEmu, "decode", "--json", file).Output()
+	if err != nil {
+		return "", fmt.Errorf("roce-emu decode %s: %v", file, err)
+	}
+	var sum struct {
+		Summary struct {
+			RoCE      int            `json:"roce"`
+			Malformed int            `json:"malformed"`
+			BadICRC   int            `json:"bad_icrc"`
+			Unchecked int            `json:"icrc_unchecked"`
+			Opcodes   map[string]int `json:"opcodes"`
+			AETH      map[string]int `json:"aeth_kinds"`
+		} `json:"summary"`
+	}
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	var last string
+	for sc.Scan() {
+		last = sc.Text()
+	}
+	if err := json.Unmarshal([]byte(last), &sum); err != nil {
+		return "", fmt.Errorf("roce-emu decode: no summary: %v", err)
+	}
+	s := sum.Summary
+	if s.RoCE == 0 {
+		return "", fmt.Errorf("the capture %s holds no RoCEv2 packet", file)
+	}
+	if s.BadICRC != 0 || s.Malformed != 0 || s.Unchecked != 0 {
+		return "", fmt.Errorf("capture %s: %d bad ICRC, %d malformed, %d unchecked of %d", file, s.BadICRC, s.Malformed, s.Unchecked, s.RoCE)
+	}
+	t, err := exec.Command("tshark", "-r", file, "-Y", "infiniband", "-T", "fields", "-e", "frame.number").Output()
+	if err != nil {
+		return "", fmt.Errorf("tshark: %v", err)
+	}
+	nt := strings.Count(string(t), "\n")
+	if nt != s.RoCE {
+		return "", fmt.Errorf("tshark sees %d RoCEv2 packets, roce-emu %d", nt, s.RoCE)
+	}
+	e, err := exec.Command("tshark", "-r", file, "--disable-heuristic", "rpcrdma_infiniband", "--disable-heuristic", "eth_over_ib",
+		"--disable-heuristic", "mellanox_eoib", "-q", "-z", "expert,error").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("tshark: %v", err)
+	}
+	if strings.Contains(string(e), "Malformed") {
+		return "", fmt.Errorf("tshark reports malformed packets: %s", lastLines(string(e), 4))
+	}
+	return fmt.Sprintf("capture: %d RoCEv2 packets, ICRC valid on all, tshark agrees; NAKs %d",
+		s.RoCE, s.AETH["NAK_PSN_SEQ"]+s.AETH["RNR_NAK"]), nil
+}
