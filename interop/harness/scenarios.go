@@ -219,7 +219,6 @@ func counterLine(s string) string {
 	return ""
 }
 
-
 // parseCounters reads roce-emu's "counters:" line, e.g. "seq NAKs received 1".
 func parseCounters(line string) map[string]int {
 	m := map[string]int{}
