@@ -53,7 +53,7 @@ func (h *harness) scenarios() []scenario {
 				return h.pingpong(true, 1024, 4096, 50, &faultCheck{spec: "drop:dir=in,opcode=ACKNOWLEDGE,nth=5"})
 			}},
 	)
-	return ss
+	return append(ss, h.perftestScenarios()...)
 }
 
 // faultCheck is what a fault scenario injects and expects to see counted.
