@@ -1,0 +1,310 @@
+// Package sim runs DCQCN in simulated time: an N-to-1 incast of
+// continuously backlogged senders through one switch egress queue (the
+// congestion point of package cc) to one receiver. Senders are paced by
+// cc's reaction point, the receiver's notification point turns CE marks
+// into CNPs, and the queue marks, drops or pauses as configured.
+//
+// It models flows, not queue pairs: a dropped packet is lost goodput (a
+// real RC sender would also go back N), and PFC pauses take effect at once.
+package sim
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/roce-emu/roce-emu/cc"
+)
+
+// Config describes an incast.
+type Config struct {
+	Flows    int           // senders
+	LinkRate cc.Rate       // every link and the bottleneck
+	Duration time.Duration // simulated time
+	MTU      int           // payload bytes per packet
+	Overhead int           // header bytes per packet on the wire (default 58: Ethernet, IPv4, UDP, BTH, ICRC)
+	Delay    time.Duration // one-way delay of each hop; CNPs take one Delay back
+	Queue    cc.QueueConfig
+	// DCQCN turns congestion control on; off, senders send at line rate.
+	DCQCN  bool
+	Params cc.Params
+	Sample time.Duration // how often rates, alpha and the queue are recorded (default Duration/1000)
+	Seed   uint64
+}
+
+// Sample is the state at one time.
+type Sample struct {
+	T     time.Duration
+	Rates []cc.Rate
+	Alpha []float64
+	Queue int
+}
+
+// Result is what an incast produced.
+type Result struct {
+	Samples []Sample
+	// PerFlowGbps is each flow's delivered throughput over the last half
+	// of the run, in Gb/s.
+	PerFlowGbps []float64 `json:"per_flow_gbps"`
+	// JainIndex is Jain's fairness index of PerFlowGbps.
+	JainIndex float64 `json:"jain_index"`
+	// Utilization is the bottleneck's delivered bytes over the last half
+	// divided by what the line rate allows.
+	Utilization float64 `json:"utilization"`
+	QueueP50    int     `json:"queue_p50_bytes"`
+	QueueP99    int     `json:"queue_p99_bytes"`
+	QueueMax    int     `json:"queue_max_bytes"`
+	CNPs        uint64  `json:"cnps"`
+	Marked      uint64  `json:"marked"`
+	Drops       uint64  `json:"drops"`
+	Pauses      uint64  `json:"pauses"`
+	// CNPsIgnored counts CNPs the reaction points ignored (monitor period).
+	CNPsIgnored uint64 `json:"cnps_ignored"`
+}
+
+type eventKind uint8
+
+const (
+	evSend eventKind = iota
+	evArrive
+	evDepart
+	evDeliver
+	evCNP
+	evTimer
+	evSample
+)
+
+type event struct {
+	at   time.Duration
+	seq  uint64
+	kind eventKind
+	flow int
+	size int
+	ce   bool
+	gen  uint64
+}
+
+type events []event
+
+func (h events) Len() int { return len(h) }
+func (h events) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+func (h events) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *events) Push(x any)   { *h = append(*h, x.(event)) }
+func (h *events) Pop() any     { o := *h; x := o[len(o)-1]; *h = o[:len(o)-1]; return x }
+
+type flow struct {
+	rp        *cc.ReactionPoint
+	np        *cc.NotificationPoint
+	pacer     *cc.Pacer
+	nextFree  time.Duration // the sender's link is busy until then
+	sendOK    bool          // a send event is scheduled
+	timerGen  uint64
+	timerAt   time.Duration
+	waiting   bool // paused by PFC
+	lateBytes int64
+}
+
+// Run simulates the incast.
+func Run(c Config) (*Result, error) {
+	if c.Flows < 1 || c.Flows > 1024 {
+		return nil, fmt.Errorf("sim: flows %d must be 1-1024", c.Flows)
+	}
+	if c.LinkRate <= 0 || c.Duration <= 0 || c.MTU <= 0 || c.Delay < 0 {
+		return nil, fmt.Errorf("sim: link rate, duration and MTU must be positive, delay not negative")
+	}
+	if c.Overhead == 0 {
+		c.Overhead = 58
+	}
+	if c.Sample <= 0 {
+		c.Sample = c.Duration / 1000
+	}
+	if c.Queue.LineRate == 0 {
+		c.Queue.LineRate = c.LinkRate
+	}
+	q, err := cc.NewQueue(c.Queue, c.Seed)
+	if err != nil {
+		return nil, err
+	}
+	if c.DCQCN {
+		c.Params.LineRate = c.LinkRate
+		if err := c.Params.Check(); err != nil {
+			return nil, err
+		}
+	}
+	epoch := time.Unix(0, 0)
+	abs := func(d time.Duration) time.Time { return epoch.Add(d) }
+	pkt := c.MTU + c.Overhead
+	s := &state{cfg: c, q: q}
+	heap.Init(&s.ev)
+	s.flows = make([]*flow, c.Flows)
+	for i := range s.flows {
+		f := &flow{}
+		if c.DCQCN {
+			f.rp, _ = cc.NewReactionPoint(c.Params)
+			f.np = cc.NewNotificationPoint(c.Params.MinTimeBetweenCNPs)
+			f.pacer = cc.NewPacer(c.LinkRate, 2*pkt)
+		}
+		s.flows[i] = f
+		s.push(event{at: 0, kind: evSend, flow: i})
+		f.sendOK = true
+	}
+	s.push(event{at: 0, kind: evSample})
+	half := c.Duration / 2
+	delivered := make([]int64, c.Flows)
+	var departFree float64 // the bottleneck is busy until then, in ns (kept exact)
+	res := &Result{}
+	var queueSamples []int
+	for s.ev.Len() > 0 {
+		e := heap.Pop(&s.ev).(event)
+		if e.at > c.Duration {
+			break
+		}
+		now := e.at
+		f := s.flowAt(e.flow)
+		switch e.kind {
+		case evSend:
+			f.sendOK = false
+			if q.Paused() {
+				f.waiting = true
+				continue
+			}
+			if f.pacer != nil {
+				f.pacer.SetRate(abs(now), f.rp.Rate())
+				if ok, when := f.pacer.Take(abs(now), pkt); !ok {
+					s.push(event{at: when.Sub(epoch), kind: evSend, flow: e.flow})
+					f.sendOK = true
+					continue
+				}
+				f.rp.OnSent(abs(now), pkt)
+				s.armTimer(e.flow, f)
+			}
+			s.push(event{at: now + c.LinkRate.TxTime(pkt) + c.Delay, kind: evArrive, flow: e.flow, size: pkt})
+			f.nextFree = now + c.LinkRate.TxTime(pkt)
+			s.push(event{at: f.nextFree, kind: evSend, flow: e.flow})
+			f.sendOK = true
+		case evArrive:
+			queued, ce := q.Enqueue(e.size, c.DCQCN)
+			if !queued {
+				continue
+			}
+			departFree = max(float64(now), departFree) + float64(e.size)*8/float64(c.Queue.LineRate)*1e9
+			s.push(event{at: time.Duration(math.Ceil(departFree)), kind: evDepart, flow: e.flow, size: e.size, ce: ce})
+		case evDepart:
+			wasPaused := q.Paused()
+			q.Dequeue(e.size)
+			if wasPaused && !q.Paused() {
+				for i, g := range s.flows {
+					if g.waiting {
+						g.waiting = false
+						s.push(event{at: now, kind: evSend, flow: i})
+						g.sendOK = true
+					}
+				}
+			}
+			s.push(event{at: now + c.Delay, kind: evDeliver, flow: e.flow, size: e.size, ce: e.ce})
+		case evDeliver:
+			if now >= half {
+				delivered[e.flow] += int64(e.size - c.Overhead)
+			}
+			if e.ce && f.np != nil && f.np.OnMarked(abs(now)) {
+				res.CNPs++
+				s.push(event{at: now + c.Delay, kind: evCNP, flow: e.flow})
+			}
+		case evCNP:
+			f.rp.OnCNP(abs(now))
+			s.armTimer(e.flow, f)
+		case evTimer:
+			if e.gen != f.timerGen {
+				continue
+			}
+			f.timerAt = 0
+			f.rp.OnTimeout(abs(now))
+			s.armTimer(e.flow, f)
+		case evSample:
+			sm := Sample{T: now, Queue: q.Bytes(), Rates: make([]cc.Rate, c.Flows), Alpha: make([]float64, c.Flows)}
+			for i, g := range s.flows {
+				if g.rp != nil {
+					sm.Rates[i], sm.Alpha[i] = g.rp.Rate(), g.rp.Alpha()
+				} else {
+					sm.Rates[i] = c.LinkRate
+				}
+			}
+			res.Samples = append(res.Samples, sm)
+			if now >= half {
+				queueSamples = append(queueSamples, q.Bytes())
+			}
+			s.push(event{at: now + c.Sample, kind: evSample})
+		}
+	}
+	secs := (c.Duration - half).Seconds()
+	var total, sum, sumSq float64
+	for _, b := range delivered {
+		g := float64(b) * 8 / secs / 1e9
+		res.PerFlowGbps = append(res.PerFlowGbps, g)
+		sum += g
+		sumSq += g * g
+		total += float64(b)
+	}
+	if sumSq > 0 {
+		res.JainIndex = sum * sum / (float64(c.Flows) * sumSq)
+	}
+	// Goodput over the line rate's capacity for payload.
+	res.Utilization = total * 8 / secs / float64(c.Queue.LineRate) * float64(pkt) / float64(c.MTU)
+	slices.Sort(queueSamples)
+	if n := len(queueSamples); n > 0 {
+		res.QueueP50 = queueSamples[n/2]
+		res.QueueP99 = queueSamples[min(n-1, int(math.Ceil(0.99*float64(n)))-1)]
+		res.QueueMax = queueSamples[n-1]
+	}
+	res.Marked, res.Drops, res.Pauses = q.Marked, q.Dropped, q.Pauses
+	for _, f := range s.flows {
+		if f.rp != nil {
+			res.CNPsIgnored += f.rp.CNPIgnored
+		}
+	}
+	return res, nil
+}
+
+type state struct {
+	cfg   Config
+	q     *cc.Queue
+	ev    events
+	seq   uint64
+	flows []*flow
+}
+
+func (s *state) push(e event) {
+	s.seq++
+	e.seq = s.seq
+	heap.Push(&s.ev, e)
+}
+
+func (s *state) flowAt(i int) *flow {
+	if i >= 0 && i < len(s.flows) {
+		return s.flows[i]
+	}
+	return nil
+}
+
+// armTimer schedules the reaction point's next deadline, replacing an
+// earlier one.
+func (s *state) armTimer(i int, f *flow) {
+	d := f.rp.Deadline()
+	if d.IsZero() {
+		return
+	}
+	at := d.Sub(time.Unix(0, 0))
+	if f.timerAt != 0 && f.timerAt == at {
+		return
+	}
+	f.timerGen++
+	f.timerAt = at
+	s.push(event{at: at, kind: evTimer, flow: i, gen: f.timerGen})
+}
