@@ -166,3 +166,28 @@ func TestPacer(t *testing.T) {
 		assert.Equal(t, 2*time.Microsecond, at.Sub(now).Round(time.Microsecond))
 	}
 }
+
+func TestParamsSet(t *testing.T) {
+	p, _ := Profile(ProfileMLX5, 25*Gbps)
+	require.NoError(t, p.Set("rpg_ai_rate=10"))
+	assert.Equal(t, 10*Mbps, p.AIRate)
+	require.NoError(t, p.Set("rpg_hai_rate=1Gbps"))
+	assert.Equal(t, Gbps, p.HAIRate)
+	require.NoError(t, p.Set("rpg_time_reset=55"))
+	assert.Equal(t, 55*time.Microsecond, p.TimeReset)
+	require.NoError(t, p.Set("dce_tcp_rtt=2us"))
+	assert.Equal(t, 2*time.Microsecond, p.AlphaPeriod)
+	require.NoError(t, p.Set("dce_tcp_g=4"))
+	assert.Equal(t, 4.0/1024, p.G)
+	require.NoError(t, p.Set("rpg_byte_reset=0"))
+	assert.Zero(t, p.ByteReset)
+	require.NoError(t, p.Check())
+	for _, bad := range []string{"rpg_ai_rate", "nope=1", "rpg_threshold=x", "cnp_dscp=64", "rpg_time_reset=fast"} {
+		assert.Error(t, p.Set(bad), bad)
+	}
+	r, err := ParseRate("40")
+	require.NoError(t, err)
+	assert.Equal(t, 40*Gbps, r)
+	r, _ = ParseRate("100Mbps")
+	assert.Equal(t, 100*Mbps, r)
+}

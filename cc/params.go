@@ -1,0 +1,113 @@
+package cc
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// paramSetters maps mlx5's parameter names to Params fields. Times take a
+// Go duration ("300us") or a number of microseconds, as mlx5 gives them;
+// rates take a number of Mb/s (as mlx5's rpg_*_rate) or a value with a unit
+// ("5Mbps", "10Gbps"); dce_tcp_g and initial_alpha_value are in mlx5's
+// units (out of 1024 and 1023).
+var paramSetters = map[string]func(p *Params, v string) error{
+	"rpg_min_rate":               func(p *Params, v string) (err error) { p.MinRate, err = parseRate(v); return },
+	"rpg_ai_rate":                func(p *Params, v string) (err error) { p.AIRate, err = parseRate(v); return },
+	"rpg_hai_rate":               func(p *Params, v string) (err error) { p.HAIRate, err = parseRate(v); return },
+	"rate_to_set_on_first_cnp":   func(p *Params, v string) (err error) { p.RateOnFirstCNP, err = parseRate(v); return },
+	"rpg_time_reset":             func(p *Params, v string) (err error) { p.TimeReset, err = parseMicros(v); return },
+	"dce_tcp_rtt":                func(p *Params, v string) (err error) { p.AlphaPeriod, err = parseMicros(v); return },
+	"rate_reduce_monitor_period": func(p *Params, v string) (err error) { p.RateReduceMonitorPeriod, err = parseMicros(v); return },
+	"min_time_between_cnps":      func(p *Params, v string) (err error) { p.MinTimeBetweenCNPs, err = parseMicros(v); return },
+	"rpg_byte_reset":             func(p *Params, v string) (err error) { p.ByteReset, err = strconv.Atoi(v); return },
+	"rpg_threshold":              func(p *Params, v string) (err error) { p.Threshold, err = strconv.Atoi(v); return },
+	"rpg_min_dec_fac":            func(p *Params, v string) (err error) { p.MinDecFac, err = strconv.ParseFloat(v, 64); return },
+	"dce_tcp_g": func(p *Params, v string) error {
+		n, err := strconv.ParseFloat(v, 64)
+		p.G = n / 1024
+		return err
+	},
+	"initial_alpha_value": func(p *Params, v string) error {
+		n, err := strconv.ParseFloat(v, 64)
+		p.InitialAlpha = n / 1023
+		return err
+	},
+	"clamp_tgt_rate": func(p *Params, v string) (err error) { p.ClampTargetRate, err = strconv.ParseBool(v); return },
+	"cnp_dscp": func(p *Params, v string) error {
+		n, err := strconv.ParseUint(v, 10, 8)
+		if err == nil && n > 63 {
+			err = fmt.Errorf("DSCP is 0-63")
+		}
+		p.CNPDSCP = uint8(n)
+		return err
+	},
+}
+
+// ParamNames lists the names Set accepts.
+func ParamNames() []string {
+	var names []string
+	for n := range paramSetters {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Set changes one parameter by its mlx5 name, as "rpg_ai_rate=5" (see
+// paramSetters for units). The parameters are not checked as a whole: call
+// Check after the last Set.
+func (p *Params) Set(assignment string) error {
+	name, v, ok := strings.Cut(assignment, "=")
+	if !ok {
+		return fmt.Errorf("cc: %q is not NAME=VALUE", assignment)
+	}
+	set := paramSetters[strings.TrimSpace(name)]
+	if set == nil {
+		return fmt.Errorf("cc: unknown parameter %q (known: %s)", name, strings.Join(ParamNames(), ", "))
+	}
+	if err := set(p, strings.TrimSpace(v)); err != nil {
+		return fmt.Errorf("cc: %s=%s: %v", name, v, err)
+	}
+	return nil
+}
+
+func parseMicros(v string) (time.Duration, error) {
+	if d, err := time.ParseDuration(v); err == nil {
+		return d, nil
+	}
+	n, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return 0, fmt.Errorf("not a duration (300us) or a number of microseconds")
+	}
+	return time.Duration(n * float64(time.Microsecond)), nil
+}
+
+func parseRate(v string) (Rate, error) {
+	l := strings.ToLower(v)
+	for _, u := range []struct {
+		s string
+		r Rate
+	}{{"gbps", Gbps}, {"gb/s", Gbps}, {"mbps", Mbps}, {"mb/s", Mbps}, {"kbps", 1e3}, {"bps", 1}} {
+		if strings.HasSuffix(l, u.s) {
+			n, err := strconv.ParseFloat(strings.TrimSuffix(l, u.s), 64)
+			return Rate(n) * u.r, err
+		}
+	}
+	n, err := strconv.ParseFloat(l, 64)
+	if err != nil {
+		return 0, fmt.Errorf("not a rate (a number of Mb/s, or 5Mbps, 10Gbps)")
+	}
+	return Rate(n) * Mbps, nil
+}
+
+// ParseRate reads a rate as "40Gbps", "100Mbps" or a bare number of Gb/s.
+func ParseRate(v string) (Rate, error) {
+	l := strings.ToLower(v)
+	if n, err := strconv.ParseFloat(l, 64); err == nil {
+		return Rate(n) * Gbps, nil
+	}
+	return parseRate(v)
+}
