@@ -36,6 +36,12 @@ type Counters struct {
 	RxAtomicRequests    uint64 `json:"rx_atomic_requests"`
 	RxSendRequests      uint64 `json:"rx_send_requests"`
 
+	// DCQCN (names as mlx5's).
+	NPECNMarked  uint64 `json:"np_ecn_marked_roce_packets"` // CE-marked packets received as the data's target
+	NPCNPSent    uint64 `json:"np_cnp_sent"`
+	RPCNPHandled uint64 `json:"rp_cnp_handled"`
+	RPCNPIgnored uint64 `json:"rp_cnp_ignored"`
+
 	// Either side.
 	Dropped uint64 `json:"rx_dropped"` // packets dropped for QP state, P_Key, opcode class or a response with nothing outstanding
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/roce-emu/roce-emu/bth"
+	"github.com/roce-emu/roce-emu/cc"
 )
 
 // Limits of this implementation. IBTA allows more in places; these are
@@ -39,6 +40,10 @@ type InitAttr struct {
 	// says. By default 7 never runs out, as in rxe, which never decrements
 	// it (ROCEV2.md section 4: 367 retransmissions in 25 s).
 	StrictRetryCount bool
+	// CC, when set, gives the QP DCQCN (package cc): a reaction point and
+	// pacer for what it sends, and a notification point that answers
+	// CE-marked packets with CNPs. CC.LineRate is the port speed.
+	CC *cc.Params
 }
 
 // AddressVector is where a QP's packets go (ibv_ah_attr with its GRH),
@@ -141,6 +146,7 @@ type QP struct {
 
 	req  requester
 	resp responder
+	cc   *congestion
 }
 
 // New creates a QP in the RESET state.
@@ -162,6 +168,13 @@ func New(init InitAttr) (*QP, error) {
 	}
 	q := &QP{QPN: init.QPN, pd: init.PD, scq: init.SendCQ, rcq: init.RecvCQ, sigAll: init.SQSigAll,
 		strict: init.StrictRetryCount, maxSend: init.MaxSendWR, maxRecv: init.MaxRecvWR}
+	if init.CC != nil {
+		c, err := newCongestion(init.CC)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrBadAttr, err)
+		}
+		q.cc = c
+	}
 	q.reset()
 	return q, nil
 }
@@ -386,19 +399,18 @@ func (q *QP) flush(complete bool) {
 // timer or the end of an RNR wait, whichever is first. It returns the zero
 // time when no timer runs.
 func (q *QP) Deadline() time.Time {
-	a, b := q.req.retransmitAt, q.req.rnrUntil
-	switch {
-	case a.IsZero():
-		return b
-	case b.IsZero() || a.Before(b):
-		return a
-	}
-	return b
+	return earliest(earliest(q.req.retransmitAt, q.req.rnrUntil), q.ccDeadline())
 }
 
 // HandleTimeout runs the timers that expired at or before now.
 func (q *QP) HandleTimeout(now time.Time) {
 	r := &q.req
+	if q.cc != nil {
+		q.cc.rp.OnTimeout(now)
+		if !q.cc.paceUntil.IsZero() && !now.Before(q.cc.paceUntil) {
+			q.cc.paceUntil = time.Time{}
+		}
+	}
 	if !r.rnrUntil.IsZero() && !now.Before(r.rnrUntil) {
 		r.rnrUntil = time.Time{}
 		q.restart(r.rnrPSN)
@@ -453,6 +465,21 @@ func (q *QP) failHead(status WCStatus) {
 func (q *QP) HandlePacket(now time.Time, p *bth.Packet, ecn bth.ECN) {
 	q.Counters.ReceivedPackets++
 	op := p.BTH.Opcode
+	if op == bth.CNP {
+		// A CNP for this QP's data (reaction point).
+		if q.cc != nil && p.BTH.PKey&0x7FFF == q.attr.PKey&0x7FFF {
+			before := q.cc.rp.CNPIgnored
+			q.cc.rp.OnCNP(now)
+			if q.cc.rp.CNPIgnored > before {
+				q.Counters.RPCNPIgnored++
+			} else {
+				q.Counters.RPCNPHandled++
+			}
+		} else {
+			q.Counters.Dropped++
+		}
+		return
+	}
 	info := op.Info()
 	if info == nil || op.Transport() != bth.TransportRC || p.BTH.PKey&0x7FFF != q.attr.PKey&0x7FFF {
 		q.Counters.Dropped++
@@ -464,12 +491,16 @@ func (q *QP) HandlePacket(now time.Time, p *bth.Packet, ecn bth.ECN) {
 			q.Counters.Dropped++
 			return
 		}
+		if info.Op == bth.OpReadResponse {
+			q.notify(now, ecn)
+		}
 		q.handleResponse(now, p, info)
 	default:
 		if q.state < IBV_QPS_RTR || q.state == IBV_QPS_ERR {
 			q.Counters.Dropped++
 			return
 		}
+		q.notify(now, ecn)
 		q.handleRequest(p, info)
 	}
 }
@@ -480,7 +511,11 @@ func (q *QP) HandlePacket(now time.Time, p *bth.Packet, ecn bth.ECN) {
 // RNR timer allow. out.Payload may alias a memory region or the QP's
 // scratch buffer: encode it before calling NextPacket again.
 func (q *QP) NextPacket(now time.Time, out *bth.Packet) bool {
-	if q.nextResponse(out) {
+	if q.nextCNP(out) {
+		q.Counters.SentPackets++
+		return true
+	}
+	if q.nextResponse(now, out) {
 		q.Counters.SentPackets++
 		return true
 	}

@@ -165,6 +165,9 @@ func (q *QP) nextRequest(now time.Time, out *bth.Packet) bool {
 		if w.wr.Flags&IBV_SEND_FENCE != 0 && r.rdAtomic > 0 {
 			return false
 		}
+		if !q.pace(now, q.nextPayload(w)) {
+			return false
+		}
 		w.started = true
 		w.firstPSN = r.sendPSN
 		w.npkts = 1
@@ -178,6 +181,8 @@ func (q *QP) nextRequest(now time.Time, out *bth.Packet) bool {
 			w.npkts = q.packets(w.length)
 		}
 		r.curPkt = 0
+	} else if !q.pace(now, q.nextPayload(w)) {
+		return false
 	}
 	psn := w.firstPSN.Add(r.curPkt)
 	*out = bth.Packet{}
@@ -252,6 +257,21 @@ func (q *QP) nextRequest(now time.Time, out *bth.Packet) bool {
 		}
 	}
 	return true
+}
+
+// nextPayload is the payload size of w's next packet, for the pacer.
+func (q *QP) nextPayload(w *sendWQE) int {
+	switch w.wr.Opcode {
+	case IBV_WR_RDMA_READ:
+		return bth.RETHLen
+	case IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD:
+		return bth.AtomicETHLen
+	}
+	mtu := q.attr.PathMTU.Bytes()
+	if !w.started {
+		return min(mtu, w.length)
+	}
+	return min(mtu, w.length-q.req.curPkt*mtu)
 }
 
 // sendOpcode picks the SEND or RDMA WRITE opcode for a packet's place in

@@ -3,6 +3,7 @@ package qp
 import (
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/roce-emu/roce-emu/bth"
 )
@@ -446,12 +447,17 @@ func (q *QP) duplicate(p *bth.Packet, info *bth.OpInfo) {
 }
 
 // nextResponse hands out the responder's next packet.
-func (q *QP) nextResponse(out *bth.Packet) bool {
+func (q *QP) nextResponse(now time.Time, out *bth.Packet) bool {
 	s := &q.resp
 	if len(s.out) == 0 || q.state == IBV_QPS_RESET || q.state == IBV_QPS_INIT {
 		return false
 	}
 	it := &s.out[0]
+	// READ response data is paced like requests (the responder is the
+	// reaction point of a READ); ACKs are not.
+	if it.op == bth.RCReadRequest && !q.pace(now, min(q.attr.PathMTU.Bytes(), len(it.data))) {
+		return false
+	}
 	*out = bth.Packet{}
 	switch it.op {
 	case bth.RCAcknowledge:

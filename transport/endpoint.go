@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/roce-emu/roce-emu/bth"
+	"github.com/roce-emu/roce-emu/cc"
 	"github.com/roce-emu/roce-emu/pcap"
 	"github.com/roce-emu/roce-emu/qp"
 )
@@ -45,9 +46,12 @@ type Options struct {
 	Logger *slog.Logger
 	// LocalMAC and RemoteMAC are written in captured frames.
 	LocalMAC, RemoteMAC [6]byte
-	// TrafficClass is the IPv4 TOS / IPv6 traffic class (DSCP<<2 | ECN)
-	// of packets from QPs whose address vector sets none.
-	TrafficClass uint8
+	// DSCP is the DSCP of data packets from QPs whose address vector sets
+	// no traffic class. Such packets go out ECN-capable, ECT(0), unless
+	// NotECT is set. CNPs go out with their QP's cc.Params.CNPDSCP and
+	// ECT(0), as ConnectX sends them (TOS 0xC2 for DSCP 48).
+	DSCP   uint8
+	NotECT bool
 }
 
 // Stats are an Endpoint's counts of packets no QP saw.
@@ -178,7 +182,6 @@ func (ep *Endpoint) receiveLocked(now time.Time, d *Datagram) {
 	}
 	if p.BTH.Opcode == bth.CNP {
 		ep.stats.CNPs++
-		return
 	}
 	q := ep.qps[p.BTH.DestQP]
 	if q == nil {
@@ -250,6 +253,9 @@ func (ep *Endpoint) flushLocked(now time.Time) {
 			data := ep.arena[start:len(ep.arena):len(ep.arena)]
 			d := Datagram{Data: data, Src: netip.AddrPortFrom(q.encap.Src, q.encap.SrcPort),
 				Dst: netip.AddrPortFrom(q.encap.Dst, q.encap.DstPort), TOS: q.encap.TrafficClass, TTL: q.encap.HopLimit}
+			if ep.pkt.BTH.Opcode == bth.CNP {
+				d.TOS = q.cnpTOS
+			}
 			drop, dup, delay := ep.opts.Faults.Apply(Out, &ep.pkt)
 			if drop {
 				continue
@@ -265,7 +271,9 @@ func (ep *Endpoint) flushLocked(now time.Time) {
 					continue
 				}
 				if ep.opts.Capture != nil {
-					ep.opts.Capture.WriteDatagram(now, &q.encap, data)
+					enc := q.encap
+					enc.TrafficClass = d.TOS
+					ep.opts.Capture.WriteDatagram(now, &enc, data)
 				}
 				ep.batch = append(ep.batch, d)
 			}
@@ -442,9 +450,10 @@ func (c *CQ) Overruns() uint64 {
 
 // QP is a queue pair of an Endpoint.
 type QP struct {
-	ep    *Endpoint
-	q     *qp.QP
-	encap bth.Encap
+	ep     *Endpoint
+	q      *qp.QP
+	encap  bth.Encap
+	cnpTOS uint8
 }
 
 // NewQP creates a QP in RESET with the next free QPN (rxe starts at 0x11).
@@ -464,7 +473,10 @@ func (ep *Endpoint) NewQP(pd *PD, sendCQ, recvCQ *CQ, init qp.InitAttr) (*QP, er
 		return nil, err
 	}
 	ep.nextQPN = (ep.nextQPN + 1) & 0xFFFFFF
-	w := &QP{ep: ep, q: q}
+	w := &QP{ep: ep, q: q, cnpTOS: bth.TrafficClass(48, bth.ECT0)}
+	if init.CC != nil {
+		w.cnpTOS = bth.TrafficClass(init.CC.CNPDSCP, bth.ECT0)
+	}
 	ep.qps[q.QPN] = w
 	ep.order = append(ep.order, w)
 	return w, nil
@@ -492,6 +504,13 @@ func (w *QP) Counters() qp.Counters {
 	w.ep.mu.Lock()
 	defer w.ep.mu.Unlock()
 	return w.q.Counters
+}
+
+// CCState returns the QP's DCQCN rate and alpha (see qp.QP.CCState).
+func (w *QP) CCState() (rate cc.Rate, alpha float64, ok bool) {
+	w.ep.mu.Lock()
+	defer w.ep.mu.Unlock()
+	return w.q.CCState()
 }
 
 // SourcePort returns the UDP source port the QP sends from.
@@ -530,7 +549,11 @@ func (w *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
 		sport := w.ep.conn.SourcePort(bth.SourcePort(av.FlowLabel, w.q.QPN, dqpn))
 		tc := av.TrafficClass
 		if tc == 0 {
-			tc = w.ep.opts.TrafficClass
+			ecn := bth.ECT0
+			if w.ep.opts.NotECT {
+				ecn = bth.NotECT
+			}
+			tc = bth.TrafficClass(w.ep.opts.DSCP, ecn)
 		}
 		w.encap = bth.Encap{Src: local.Unmap(), Dst: av.Remote.Addr().Unmap(), SrcPort: sport, DstPort: dport,
 			TrafficClass: tc, HopLimit: av.HopLimit, FlowLabel: av.FlowLabel,

@@ -112,7 +112,7 @@ func demo(a, b string, port uint16, pcapFile string, loss float64, rules []*tran
 		if err != nil {
 			return fmt.Errorf("cannot listen on %s UDP port %d (is another RoCEv2 peer using it? try --udp-port): %v", addr, port, err)
 		}
-		opts := transport.Options{ICRC: transport.ICRCAssumeID0, TrafficClass: bth.TrafficClass(26, bth.ECT0), LocalMAC: [6]byte{2, 0, 0, 0, 0, byte(0xa + i)}, RemoteMAC: [6]byte{2, 0, 0, 0, 0, byte(0xb - i)}}
+		opts := transport.Options{ICRC: transport.ICRCAssumeID0, DSCP: 26, LocalMAC: [6]byte{2, 0, 0, 0, 0, byte(0xa + i)}, RemoteMAC: [6]byte{2, 0, 0, 0, 0, byte(0xb - i)}}
 		if i == 0 {
 			opts.Capture, opts.Faults = capture, faults
 		}

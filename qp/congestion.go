@@ -1,0 +1,100 @@
+package qp
+
+import (
+	"time"
+
+	"github.com/roce-emu/roce-emu/bth"
+	"github.com/roce-emu/roce-emu/cc"
+)
+
+// congestion is a QP's DCQCN state (package cc): the reaction point and
+// pacer of what it sends, and the notification point of what it receives.
+type congestion struct {
+	rp        *cc.ReactionPoint
+	np        *cc.NotificationPoint
+	pacer     *cc.Pacer
+	paceUntil time.Time // the pacer holds the next packet until then
+	cnpDue    bool      // a CNP waits to be sent
+}
+
+// pktOverhead is what a packet adds to its payload on the wire (Ethernet,
+// IPv4, UDP, BTH, ICRC): the pacer spends tokens for whole packets.
+const pktOverhead = 58
+
+func newCongestion(p *cc.Params) (*congestion, error) {
+	rp, err := cc.NewReactionPoint(*p)
+	if err != nil {
+		return nil, err
+	}
+	return &congestion{rp: rp, np: cc.NewNotificationPoint(p.MinTimeBetweenCNPs),
+		pacer: cc.NewPacer(p.LineRate, 2*(4096+pktOverhead))}, nil
+}
+
+// CCState returns the QP's current DCQCN rate and alpha; ok is false when
+// the QP has no congestion control.
+func (q *QP) CCState() (rate cc.Rate, alpha float64, ok bool) {
+	if q.cc == nil {
+		return 0, 0, false
+	}
+	return q.cc.rp.Rate(), q.cc.rp.Alpha(), true
+}
+
+// notify is the notification point: a CE-marked packet this QP receives
+// as the target of the data (requests at the responder, READ responses at
+// the requester) makes a CNP to the sending QP, at most one per interval.
+func (q *QP) notify(now time.Time, ecn bth.ECN) {
+	if ecn != bth.CE {
+		return
+	}
+	q.Counters.NPECNMarked++
+	if q.cc != nil && q.cc.np.OnMarked(now) {
+		q.cc.cnpDue = true
+	}
+}
+
+// nextCNP hands out a pending CNP (Annex A17.9.3: BECN set, DestQP the
+// QP whose data was marked, PSN 0, 16 reserved bytes).
+func (q *QP) nextCNP(out *bth.Packet) bool {
+	if q.cc == nil || !q.cc.cnpDue {
+		return false
+	}
+	q.cc.cnpDue = false
+	q.Counters.NPCNPSent++
+	*out = bth.Packet{BTH: bth.BTH{Opcode: bth.CNP, PKey: bth.DefaultPKey, BECN: true, DestQP: q.attr.DestQPN}}
+	return true
+}
+
+// pace asks the pacer whether a packet of n payload bytes may leave now.
+func (q *QP) pace(now time.Time, n int) bool {
+	c := q.cc
+	if c == nil {
+		return true
+	}
+	c.pacer.SetRate(now, c.rp.Rate())
+	ok, when := c.pacer.Take(now, n+pktOverhead)
+	if !ok {
+		c.paceUntil = when
+		return false
+	}
+	c.paceUntil = time.Time{}
+	c.rp.OnSent(now, n+pktOverhead)
+	return true
+}
+
+// ccDeadline is the earliest of the reaction point's timers and the pacer.
+func (q *QP) ccDeadline() time.Time {
+	if q.cc == nil {
+		return time.Time{}
+	}
+	return earliest(q.cc.rp.Deadline(), q.cc.paceUntil)
+}
+
+func earliest(a, b time.Time) time.Time {
+	switch {
+	case a.IsZero():
+		return b
+	case b.IsZero() || a.Before(b):
+		return a
+	}
+	return b
+}
