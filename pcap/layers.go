@@ -89,6 +89,10 @@ type BTH struct {
 	bth.BTH
 	Pad  []byte
 	ICRC uint32 // the CRC value; little-endian on the wire
+
+	// udp is the UDP layer of the DecodingLayerParser this BTH is in (see
+	// NewLayers), to refuse datagrams whose destination port is not 4791.
+	udp *layers.UDP
 }
 
 // LayerType returns LayerTypeBTH.
@@ -103,8 +107,13 @@ func (b *BTH) NextLayerType() gopacket.LayerType { return nextAfter(b.Opcode, 0)
 
 // DecodeFromBytes decodes data, a whole UDP payload (BTH to ICRC). It checks
 // the lengths the opcode needs as bth.Packet.Decode does, and returns its
-// errors.
+// errors. A BTH made by NewLayers with a UDP layer first refuses, with an
+// error wrapping bth.ErrNotRoCE, a datagram whose destination port is not
+// 4791.
 func (b *BTH) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error {
+	if b.udp != nil && b.udp.DstPort != bth.UDPPort {
+		return fmt.Errorf("pcap: UDP destination port %d: %w", b.udp.DstPort, bth.ErrNotRoCE)
+	}
 	var p bth.Packet
 	if err := p.Decode(data); err != nil {
 		if b.BTH.Decode(data) == nil {
@@ -398,9 +407,20 @@ type Layers struct {
 	CNP          CNPLayer
 }
 
-// NewLayers returns a linked set of layers.
-func NewLayers() *Layers {
+// NewLayers returns a linked set of layers for a DecodingLayerParser whose
+// UDP layer is udp.
+//
+// RoCEv2 is told by the UDP destination port alone, but gopacket's UDP
+// layer picks the layer after it by destination port and then, when that
+// port is not registered, by source port: a datagram from port 4791 to port
+// 40000 would reach the BTH layer. Given the parser's *layers.UDP, the BTH
+// layer checks its destination port and refuses such datagrams with an
+// error wrapping bth.ErrNotRoCE (DecodeLayers returns it, after the UDP
+// layer). With udp nil that check is off, and such datagrams decode as
+// RoCEv2 when their bytes allow.
+func NewLayers(udp *layers.UDP) *Layers {
 	l := &Layers{}
+	l.BTH.udp = udp
 	for _, e := range l.exts() {
 		e.bthLayer = &l.BTH
 	}

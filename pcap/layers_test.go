@@ -120,7 +120,7 @@ func TestLayersDecodingLayerParser(t *testing.T) {
 	var ip6 layers.IPv6
 	var udp layers.UDP
 	var pay gopacket.Payload
-	rl := NewLayers()
+	rl := NewLayers(&udp)
 	dl := append([]gopacket.DecodingLayer{&eth, &ip4, &ip6, &udp, &pay}, rl.DecodingLayers()...)
 	parser := gopacket.NewDecodingLayerParser(layers.LayerTypeEthernet, dl...)
 	decoded := make([]gopacket.LayerType, 0, 16)
@@ -207,6 +207,43 @@ func TestLayersSourcePort4791IsNotRoCE(t *testing.T) {
 	k, err := NewDecoder().Decode(frame, gopacket.CaptureInfo{CaptureLength: len(frame), Length: len(frame)}, layers.LinkTypeEthernet, &r)
 	require.NoError(t, err)
 	assert.Equal(t, KindOther, k)
+}
+
+// In a DecodingLayerParser, gopacket's UDP layer falls back to the source
+// port: a datagram from 4791 to 40000 would reach the BTH layer, which
+// refuses it when NewLayers was given the parser's UDP layer.
+func TestLayersParserSourcePort4791IsNotRoCE(t *testing.T) {
+	var eth layers.Ethernet
+	var ip4 layers.IPv4
+	var udp layers.UDP
+	var pay gopacket.Payload
+	e := encap4()
+	e.SrcPort, e.DstPort = bth.UDPPort, 40000
+	frame, err := e.AppendFrame(nil, samplePacket(bth.RCSendOnly, 8))
+	require.NoError(t, err)
+	decoded := make([]gopacket.LayerType, 0, 8)
+
+	rl := NewLayers(&udp)
+	parser := gopacket.NewDecodingLayerParser(layers.LayerTypeEthernet, append([]gopacket.DecodingLayer{&eth, &ip4, &udp, &pay}, rl.DecodingLayers()...)...)
+	err = parser.DecodeLayers(frame, &decoded)
+	assert.ErrorIs(t, err, bth.ErrNotRoCE)
+	assert.Equal(t, []gopacket.LayerType{layers.LayerTypeEthernet, layers.LayerTypeIPv4, layers.LayerTypeUDP}, decoded)
+
+	// To port 4791 from 40000 it decodes.
+	e.SrcPort, e.DstPort = 40000, bth.UDPPort
+	frame, err = e.AppendFrame(nil, samplePacket(bth.RCSendOnly, 8))
+	require.NoError(t, err)
+	require.NoError(t, parser.DecodeLayers(frame, &decoded))
+	assert.Equal(t, wantLayers(bth.RCSendOnly, 8), decoded[3:])
+
+	// Without the UDP layer the check is off: gopacket's fallback wins.
+	e.SrcPort, e.DstPort = bth.UDPPort, 40000
+	frame, err = e.AppendFrame(nil, samplePacket(bth.RCSendOnly, 8))
+	require.NoError(t, err)
+	rl = NewLayers(nil)
+	parser = gopacket.NewDecodingLayerParser(layers.LayerTypeEthernet, append([]gopacket.DecodingLayer{&eth, &ip4, &udp, &pay}, rl.DecodingLayers()...)...)
+	require.NoError(t, parser.DecodeLayers(frame, &decoded))
+	assert.Contains(t, decoded, LayerTypeBTH)
 }
 
 func TestLayersMalformed(t *testing.T) {

@@ -27,6 +27,9 @@ type Network struct {
 	rng   *rand.Rand
 	imp   Impairments
 	seq   uint64
+	cps   map[netip.AddrPort]*CongestionPoint
+	timed timedHeap
+	timer *time.Timer
 	// Stats.
 	Delivered, Lost, Duplicated, Corrupted, Overflowed uint64
 }
@@ -191,25 +194,93 @@ func (n *Network) send(d Datagram) {
 		n.Corrupted++
 	}
 	d.Data = data
-	n.schedule(d, delay)
+	n.route(d, delay)
 	if dup {
 		n.Duplicated++
-		n.schedule(d, delay+time.Microsecond)
+		n.route(d, delay+time.Microsecond)
 	}
 }
 
-// schedule queues d for delivery after delay. Each Conn delivers in order
+// route sends d towards its destination: through the destination's
+// congestion point when it has one (after the link delay), or straight
+// to its receive queue.
+func (n *Network) route(d Datagram, delay time.Duration) {
+	cp := n.cps[d.Dst]
+	if cp == nil {
+		n.scheduleLocked(d, delay, nil)
+		return
+	}
+	if delay <= 0 {
+		n.admitLocked(cp, d)
+		return
+	}
+	n.laterLocked(delay, func() { n.admitLocked(cp, d) })
+}
+
+// laterLocked runs fn (with n.mu held) after delay. Functions due at the
+// same time run in the order they were scheduled, which separate timers
+// would not guarantee: datagrams on one link must not overtake each other.
+func (n *Network) laterLocked(delay time.Duration, fn func()) {
+	n.seq++
+	heap.Push(&n.timed, timedFn{at: time.Now().Add(delay), seq: n.seq, fn: fn})
+	if n.timer == nil {
+		n.timer = time.AfterFunc(delay, n.runTimed)
+	} else if n.timed[0].seq == n.seq {
+		n.timer.Reset(delay)
+	}
+}
+
+func (n *Network) runTimed() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := time.Now()
+	for len(n.timed) > 0 && !n.timed[0].at.After(now) {
+		heap.Pop(&n.timed).(timedFn).fn()
+	}
+	if len(n.timed) > 0 {
+		n.timer.Reset(n.timed[0].at.Sub(now))
+	}
+}
+
+type timedFn struct {
+	at  time.Time
+	seq uint64
+	fn  func()
+}
+
+type timedHeap []timedFn
+
+func (h timedHeap) Len() int { return len(h) }
+func (h timedHeap) Less(i, j int) bool {
+	if h[i].at.Equal(h[j].at) {
+		return h[i].seq < h[j].seq
+	}
+	return h[i].at.Before(h[j].at)
+}
+func (h timedHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *timedHeap) Push(x any)   { *h = append(*h, x.(timedFn)) }
+func (h *timedHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// scheduleLocked queues d for delivery after delay (n.mu held). Each Conn delivers in order
 // of due time, and in sending order for equal times, from one timer, so
 // that equal delays never reorder.
-func (n *Network) schedule(d Datagram, delay time.Duration) {
+func (n *Network) scheduleLocked(d Datagram, delay time.Duration, onDeliver func()) {
 	c := n.conns[d.Dst]
 	if c == nil {
 		n.Lost++
+		if onDeliver != nil {
+			onDeliver()
+		}
 		return
 	}
 	n.seq++
 	at := time.Now().Add(delay)
-	heap.Push(&c.pending, pending{at: at, seq: n.seq, d: d})
+	heap.Push(&c.pending, pending{at: at, seq: n.seq, d: d, done: onDeliver})
 	if c.timer == nil {
 		c.timer = time.AfterFunc(delay, c.deliver)
 	} else if c.pending[0].seq == n.seq {
@@ -225,6 +296,9 @@ func (c *memConn) deliver() {
 	now := time.Now()
 	for len(c.pending) > 0 && !c.pending[0].at.After(now) {
 		p := heap.Pop(&c.pending).(pending)
+		if p.done != nil {
+			p.done()
+		}
 		select {
 		case c.in <- p.d:
 			n.Delivered++
@@ -240,9 +314,10 @@ func (c *memConn) deliver() {
 }
 
 type pending struct {
-	at  time.Time
-	seq uint64
-	d   Datagram
+	at   time.Time
+	seq  uint64
+	d    Datagram
+	done func() // runs (with the network's lock) when d is delivered
 }
 
 type pendingHeap []pending
