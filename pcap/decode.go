@@ -1,7 +1,9 @@
 package pcap
 
 import (
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"net/netip"
 	"time"
 
@@ -40,18 +42,49 @@ type Record struct {
 	DF            bool   // IPv4 don't fragment
 	IPHeader      []byte
 	UDPHeader     []byte
-	UDPPayload    []byte
-	Packet        bth.Packet // valid when the kind is KindRoCE
-	Err           error      // why a KindMalformed frame did not decode
-	ICRCChecked   bool       // false when the frame was cut short by the snapshot length
-	ICRCOK        bool
-	ICRCComputed  uint32 // the ICRC the headers and bytes give, when checked
+	// UDPPayload is the UDP payload the capture holds: all of it, or its
+	// start when the snapshot length cut the frame.
+	UDPPayload []byte
+	// PayloadLen is the RoCEv2 payload length on the wire (without
+	// headers, pad and ICRC) of a KindRoCE frame, also when the capture
+	// holds only part of it (Packet.Payload is the part it holds); for a
+	// KindMalformed frame, len(UDPPayload).
+	PayloadLen int
+	Packet     bth.Packet // valid when the kind is KindRoCE
+	Err        error      // why a KindMalformed frame did not decode
+	// ICRCChecked is false when the snapshot length cut the frame before
+	// its ICRC, and for IPv6 with extension headers, which RoCEv2 does not
+	// define the ICRC over.
+	ICRCChecked  bool
+	ICRCOK       bool
+	ICRCComputed uint32 // the ICRC the headers and bytes give, when checked
+}
+
+// lengthError is a frame whose IP or UDP length fields contradict each
+// other or the bytes of the frame. It wraps bth.ErrBadIPHeader.
+type lengthError struct{ msg string }
+
+func (e *lengthError) Error() string { return e.msg }
+func (e *lengthError) Unwrap() error { return bth.ErrBadIPHeader }
+
+func lengthErrorf(format string, args ...any) error {
+	return &lengthError{fmt.Sprintf(format, args...)}
 }
 
 // Decoder turns frames into Records using gopacket's DecodingLayerParser for
 // the link, IP and UDP layers and bth.Packet for the transport headers. It
-// reuses its layers: decoding does not allocate. A Decoder is not safe for
-// concurrent use.
+// reuses its layers: decoding a valid RoCEv2 frame does not allocate, except
+// for IPv4 options the first time and IPv6 extension header options (gopacket
+// allocates those); malformed frames allocate their Record.Err. A Decoder is
+// not safe for concurrent use.
+//
+// Frame kinds follow the lengths: a UDP datagram to the RoCEv2 port whose
+// UDP length is under 8 or 0, exceeds what its IP header leaves it, or whose
+// IP length exceeds the frame (or, for a frame the snapshot length cut, the
+// frame's length on the wire) is KindMalformed with an error that says so.
+// A frame cut by the snapshot length is KindRoCE when its transport headers
+// are all present (bth.Packet.DecodePrefix): the ICRC is then unchecked and
+// Record.PayloadLen is the length on the wire.
 type Decoder struct {
 	// Port is the UDP destination port that marks RoCEv2 (0: 4791), for
 	// captures of peers that were told to use another.
@@ -61,11 +94,19 @@ type Decoder struct {
 	sll     layers.LinuxSLL
 	loop    layers.Loopback
 	ip4     layers.IPv4
-	ip6     layers.IPv6
+	ip6     layers.IPv6 // decodes a hop-by-hop header itself
+	ip6dst  ipv6Destination
 	udp     layers.UDP
 	parsers map[gopacket.LayerType]*gopacket.DecodingLayerParser
 	decoded []gopacket.LayerType
 }
+
+// ipv6Destination makes gopacket's IPv6 destination options header, which
+// has DecodeFromBytes, a gopacket.DecodingLayer.
+type ipv6Destination struct{ layers.IPv6Destination }
+
+func (l *ipv6Destination) CanDecode() gopacket.LayerClass    { return layers.LayerTypeIPv6Destination }
+func (l *ipv6Destination) NextLayerType() gopacket.LayerType { return l.NextHeader.LayerType() }
 
 // NewDecoder returns a Decoder.
 func NewDecoder() *Decoder {
@@ -76,53 +117,89 @@ func NewDecoder() *Decoder {
 func (d *Decoder) parser(first gopacket.LayerType) *gopacket.DecodingLayerParser {
 	p := d.parsers[first]
 	if p == nil {
-		p = gopacket.NewDecodingLayerParser(first, &d.eth, &d.dot1q, &d.sll, &d.loop, &d.ip4, &d.ip6, &d.udp)
+		p = gopacket.NewDecodingLayerParser(first, &d.eth, &d.dot1q, &d.sll, &d.loop, &d.ip4, &d.ip6, &d.ip6dst, &d.udp)
 		p.IgnoreUnsupported = true
 		d.parsers[first] = p
 	}
 	return p
 }
 
-// firstLayer picks the layer a frame of link type lt starts with.
-func firstLayer(lt layers.LinkType, data []byte) gopacket.LayerType {
+// sll2Len is the Linux cooked capture v2 header: protocol type (2 bytes,
+// an EtherType), reserved (2), interface index (4), ARPHRD type (2), packet
+// type (1), address length (1), address (8).
+const sll2Len = 20
+
+// firstLayer picks the layer a frame of link type lt starts with and the
+// bytes it starts at; LayerTypeZero when there is none Decoder knows.
+func firstLayer(lt LinkType, data []byte) (gopacket.LayerType, []byte) {
 	switch lt {
-	case layers.LinkTypeEthernet:
-		return layers.LayerTypeEthernet
-	case layers.LinkTypeLinuxSLL:
-		return layers.LayerTypeLinuxSLL
-	case layers.LinkTypeNull, layers.LinkTypeLoop:
-		return layers.LayerTypeLoopback
-	case layers.LinkTypeIPv4:
-		return layers.LayerTypeIPv4
-	case layers.LinkTypeIPv6:
-		return layers.LayerTypeIPv6
-	case layers.LinkTypeRaw, 12:
-		if len(data) > 0 && data[0]>>4 == 6 {
-			return layers.LayerTypeIPv6
+	case LinkTypeEthernet:
+		return layers.LayerTypeEthernet, data
+	case LinkTypeLinuxSLL:
+		return layers.LayerTypeLinuxSLL, data
+	case LinkTypeLinuxSLL2:
+		if len(data) < sll2Len {
+			return gopacket.LayerTypeZero, nil
 		}
-		return layers.LayerTypeIPv4
+		switch layers.EthernetType(binary.BigEndian.Uint16(data)) {
+		case layers.EthernetTypeIPv4:
+			return layers.LayerTypeIPv4, data[sll2Len:]
+		case layers.EthernetTypeIPv6:
+			return layers.LayerTypeIPv6, data[sll2Len:]
+		}
+	case LinkTypeNull, LinkTypeLoop:
+		return layers.LayerTypeLoopback, data
+	case LinkTypeIPv4:
+		return layers.LayerTypeIPv4, data
+	case LinkTypeIPv6:
+		return layers.LayerTypeIPv6, data
+	case LinkTypeRaw, LinkTypeRawDLT:
+		if len(data) > 0 && data[0]>>4 == 6 {
+			return layers.LayerTypeIPv6, data
+		}
+		return layers.LayerTypeIPv4, data
 	}
-	return gopacket.LayerTypeZero
+	return gopacket.LayerTypeZero, nil
 }
 
+// offset returns where sub, a slice of frame, starts in it.
+func offset(frame, sub []byte) int { return cap(frame) - cap(sub) }
+
 // Decode classifies one frame of link type lt and fills rec. ci gives the
-// timestamp and lengths. The returned error is ErrLinkType for a link type
-// that SupportedLinkType refuses; frames that are merely not RoCE, or
-// malformed, are reported through the Kind and rec.Err.
-func (d *Decoder) Decode(data []byte, ci gopacket.CaptureInfo, lt layers.LinkType, rec *Record) (Kind, error) {
+// timestamp and the frame's length on the wire: a frame with fewer bytes
+// than ci.Length was cut by the snapshot length. The returned error is
+// ErrLinkType for a link type that SupportedLinkType refuses; frames that
+// are merely not RoCE, or malformed, are reported through the Kind and
+// rec.Err.
+func (d *Decoder) Decode(data []byte, ci gopacket.CaptureInfo, lt LinkType, rec *Record) (Kind, error) {
 	*rec = Record{Time: ci.Timestamp, CaptureLength: ci.CaptureLength, Length: ci.Length}
-	first := firstLayer(lt, data)
-	if first == gopacket.LayerTypeZero {
+	if !SupportedLinkType(lt) {
 		return KindOther, ErrLinkType
 	}
+	first, body := firstLayer(lt, data)
+	if first == gopacket.LayerTypeZero {
+		return KindOther, nil // SLL2 of another protocol, or too short
+	}
+	d.ip6dst.Options = d.ip6dst.Options[:0] // gopacket only ever appends to them
 	d.decoded = d.decoded[:0]
-	// Errors from gopacket mean a layer below UDP was damaged; what was
-	// decoded before it is still in d.decoded.
-	_ = d.parser(first).DecodeLayers(data, &d.decoded)
-	var ipOK, udpOK bool
+	// Errors from gopacket mean a layer was damaged; what was decoded
+	// before it is still in d.decoded.
+	_ = d.parser(first).DecodeLayers(body, &d.decoded)
+	var (
+		ipOK, udpOK bool
+		ext6        bool   // IPv6 extension headers before UDP
+		ipEnd       int    // where the IP datagram ends in data, by its length field
+		ipName      string // that length field, for errors
+		ipLen       int
+		udpBytes    []byte // what the IP layer holds after its headers
+		next        gopacket.LayerType
+	)
 	for _, t := range d.decoded {
 		switch t {
 		case layers.LayerTypeIPv4:
+			if d.ip4.Version != 4 {
+				return KindOther, nil // gopacket does not look
+			}
 			ipOK = true
 			rec.Src, _ = netip.AddrFromSlice(d.ip4.SrcIP.To4())
 			rec.Dst, _ = netip.AddrFromSlice(d.ip4.DstIP.To4())
@@ -131,37 +208,96 @@ func (d *Decoder) Decode(data []byte, ci gopacket.CaptureInfo, lt layers.LinkTyp
 			rec.IPID = d.ip4.Id
 			rec.DF = d.ip4.Flags&layers.IPv4DontFragment != 0
 			rec.IPHeader = d.ip4.Contents
+			ipLen, ipName = int(d.ip4.Length), "IPv4 total length"
+			ipEnd = offset(data, d.ip4.Contents) + ipLen
+			udpBytes, next, ext6 = d.ip4.Payload, d.ip4.NextLayerType(), false
 		case layers.LayerTypeIPv6:
+			if d.ip6.Version != 6 {
+				return KindOther, nil
+			}
 			ipOK = true
 			rec.Src, _ = netip.AddrFromSlice(d.ip6.SrcIP)
 			rec.Dst, _ = netip.AddrFromSlice(d.ip6.DstIP)
 			rec.TrafficClass = d.ip6.TrafficClass
 			rec.HopLimit = d.ip6.HopLimit
+			rec.IPID, rec.DF = 0, false
 			rec.IPHeader = d.ip6.Contents
+			ipLen, ipName = int(d.ip6.Length), "IPv6 payload length"
+			ipEnd = offset(data, d.ip6.Contents) + len(d.ip6.Contents) + ipLen
+			udpBytes, next, ext6 = d.ip6.Payload, d.ip6.NextLayerType(), d.ip6.HopByHop != nil
+		case layers.LayerTypeIPv6Destination:
+			udpBytes, next, ext6 = d.ip6dst.Payload, d.ip6dst.NextHeader.LayerType(), true
 		case layers.LayerTypeUDP:
 			udpOK = true
 		}
 	}
 	rec.ECN = bth.ECN(rec.TrafficClass & 3)
-	if !ipOK || !udpOK {
+	if !ipOK {
 		return KindOther, nil
 	}
-	rec.SrcPort, rec.DstPort = uint16(d.udp.SrcPort), uint16(d.udp.DstPort)
 	port := d.Port
 	if port == 0 {
 		port = bth.UDPPort
 	}
+	cut := len(data) < ci.Length
+	have, where := len(data), "present"
+	if cut {
+		have, where = ci.Length, "the frame had on the wire"
+	}
+	if !udpOK {
+		// gopacket refuses a UDP header cut short or a UDP length of 1-7:
+		// to the RoCEv2 port that is a malformed RoCEv2 packet.
+		if next != layers.LayerTypeUDP || len(udpBytes) < 4 || binary.BigEndian.Uint16(udpBytes[2:]) != port {
+			return KindOther, nil
+		}
+		rec.SrcPort, rec.DstPort = binary.BigEndian.Uint16(udpBytes), port
+		rec.UDPHeader = udpBytes[:min(len(udpBytes), 8)]
+		if len(udpBytes) < 8 {
+			rec.Err = lengthErrorf("UDP header cut after %d of its 8 bytes", len(udpBytes))
+		} else {
+			rec.Err = lengthErrorf("UDP length %d is less than the 8 bytes of its header", binary.BigEndian.Uint16(udpBytes[4:]))
+		}
+		return KindMalformed, nil
+	}
+	rec.SrcPort, rec.DstPort = uint16(d.udp.SrcPort), uint16(d.udp.DstPort)
 	if rec.DstPort != port {
 		return KindOther, nil
 	}
 	rec.UDPHeader = d.udp.Contents
 	rec.UDPPayload = d.udp.Payload
+	rec.PayloadLen = len(rec.UDPPayload)
+	udpLen := int(d.udp.Length)
+	udpOff := offset(data, d.udp.Contents)
+	switch {
+	case udpLen == 0:
+		rec.Err = lengthErrorf("UDP length 0")
+	case udpOff+udpLen > ipEnd:
+		rec.Err = lengthErrorf("UDP length %d exceeds the %d bytes the %s %d leaves it", udpLen, max(ipEnd-udpOff, 0), ipName, ipLen)
+	case ipEnd > have:
+		rec.Err = lengthErrorf("%s %d exceeds the %d bytes %s", ipName, ipLen, have-(ipEnd-ipLen), where)
+	}
+	if rec.Err != nil {
+		return KindMalformed, nil
+	}
+	if len(rec.UDPHeader)+len(rec.UDPPayload) < udpLen {
+		// Cut by the snapshot length (the checks above leave no other
+		// way): the headers present, the payload length on the wire.
+		total := udpLen - bth.UDPLen
+		if err := rec.Packet.DecodePrefix(rec.UDPPayload, total); err != nil {
+			rec.Err = err
+			return KindMalformed, nil
+		}
+		h := &rec.Packet.BTH
+		rec.PayloadLen = total - bth.BTHLen - h.Opcode.Info().Ext.Len() - int(h.PadCnt) - bth.ICRCLen
+		return KindRoCE, nil
+	}
 	if err := rec.Packet.Decode(rec.UDPPayload); err != nil {
 		rec.Err = err
 		return KindMalformed, nil
 	}
-	if ci.CaptureLength < ci.Length || int(d.udp.Length) != len(d.udp.Contents)+len(d.udp.Payload) {
-		return KindRoCE, nil // cut short: the ICRC covers bytes we do not have
+	rec.PayloadLen = len(rec.Packet.Payload)
+	if ext6 {
+		return KindRoCE, nil // the ICRC is not defined over IPv6 extension headers
 	}
 	_, want, err := bth.VerifyICRC(rec.IPHeader, rec.UDPHeader, rec.UDPPayload)
 	rec.ICRCChecked = err == nil || errors.Is(err, bth.ErrBadICRC)

@@ -204,7 +204,7 @@ func TestLayersSourcePort4791IsNotRoCE(t *testing.T) {
 	assert.NotNil(t, pk.Layer(gopacket.LayerTypePayload))
 
 	var r Record
-	k, err := NewDecoder().Decode(frame, gopacket.CaptureInfo{CaptureLength: len(frame), Length: len(frame)}, layers.LinkTypeEthernet, &r)
+	k, err := NewDecoder().Decode(frame, gopacket.CaptureInfo{CaptureLength: len(frame), Length: len(frame)}, LinkTypeEthernet, &r)
 	require.NoError(t, err)
 	assert.Equal(t, KindOther, k)
 }
@@ -257,7 +257,7 @@ func TestLayersMalformed(t *testing.T) {
 	assert.ErrorIs(t, pk.ErrorLayer().Error(), bth.ErrTruncated)
 
 	var r Record
-	k, err := NewDecoder().Decode(cut, gopacket.CaptureInfo{CaptureLength: len(cut), Length: len(cut)}, layers.LinkTypeEthernet, &r)
+	k, err := NewDecoder().Decode(cut, gopacket.CaptureInfo{CaptureLength: len(cut), Length: len(cut)}, LinkTypeEthernet, &r)
 	require.NoError(t, err)
 	assert.Equal(t, KindMalformed, k)
 	assert.ErrorIs(t, r.Err, bth.ErrTruncated)

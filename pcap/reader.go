@@ -9,7 +9,6 @@ import (
 	"os"
 
 	"github.com/google/gopacket"
-	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
 )
 
@@ -22,23 +21,95 @@ const maxSnaplen = 262144
 var (
 	// ErrNotCapture: the file does not start with a pcap or pcapng magic number.
 	ErrNotCapture = errors.New("not a pcap or pcapng capture")
-	// ErrTruncatedCapture: the file ends inside a packet record.
+	// ErrTruncatedCapture: the file ends inside its file header, a record or
+	// a block.
 	ErrTruncatedCapture = errors.New("capture file truncated")
+	// ErrCorruptCapture: a length or field of the file breaks its format
+	// (a pcapng block length under 12 or over 16 MiB, a captured length over
+	// 262144 or over what its block holds, garbage after the last block, an
+	// if_tsresol gopacket cannot convert, ...), or gopacket failed on it.
+	ErrCorruptCapture = errors.New("corrupt capture")
 	// ErrLinkType: a link type that does not carry Ethernet or IP.
 	ErrLinkType = errors.New("link type carries neither Ethernet nor IP")
 )
 
+// LinkType is a capture's link-layer header type (LINKTYPE_* of
+// tcpdump.org/linktypes.html) with all its bits: gopacket's layers.LinkType
+// has 8 and would take 276 (Linux cooked v2) for 20, or 257 for Ethernet.
+type LinkType uint32
+
+// Link types Decoder handles.
+const (
+	LinkTypeNull      LinkType = 0   // BSD loopback, host byte order family
+	LinkTypeEthernet  LinkType = 1   // Ethernet, 802.1Q tags included
+	LinkTypeRawDLT    LinkType = 12  // raw IP, as DLT_RAW on some systems
+	LinkTypeRaw       LinkType = 101 // raw IP, v4 or v6 by its version field
+	LinkTypeLoop      LinkType = 108 // OpenBSD loopback, network byte order family
+	LinkTypeLinuxSLL  LinkType = 113 // Linux cooked capture v1
+	LinkTypeIPv4      LinkType = 228 // raw IPv4
+	LinkTypeIPv6      LinkType = 229 // raw IPv6
+	LinkTypeLinuxSLL2 LinkType = 276 // Linux cooked capture v2 (tcpdump -i any since libpcap 1.10)
+)
+
+// String names the link types Decoder handles, and gives the number of
+// others.
+func (lt LinkType) String() string {
+	switch lt {
+	case LinkTypeNull:
+		return "NULL"
+	case LinkTypeEthernet:
+		return "ETHERNET"
+	case LinkTypeRawDLT, LinkTypeRaw:
+		return "RAW"
+	case LinkTypeLoop:
+		return "LOOP"
+	case LinkTypeLinuxSLL:
+		return "LINUX_SLL"
+	case LinkTypeIPv4:
+		return "IPV4"
+	case LinkTypeIPv6:
+		return "IPV6"
+	case LinkTypeLinuxSLL2:
+		return "LINUX_SLL2"
+	}
+	return fmt.Sprintf("LINKTYPE_%d", uint32(lt))
+}
+
+// SupportedLinkType reports whether Decoder handles frames of link type lt:
+// Ethernet, raw IP (Raw, IPv4, IPv6), Linux cooked (SLL and SLL2), BSD
+// loopback.
+func SupportedLinkType(lt LinkType) bool {
+	switch lt {
+	case LinkTypeNull, LinkTypeEthernet, LinkTypeRawDLT, LinkTypeRaw, LinkTypeLoop,
+		LinkTypeLinuxSLL, LinkTypeIPv4, LinkTypeIPv6, LinkTypeLinuxSLL2:
+		return true
+	}
+	return false
+}
+
 // Reader reads the frames of a pcap or pcapng capture, in file order.
-// Timestamps come at whatever precision the file has (micro- or
-// nanoseconds, pcapng's if_tsresol); gopacket's pcapgo does the parsing.
+// gopacket's pcapgo does the parsing, behind a validator that follows the
+// file's structure first and refuses lengths pcapgo would trust (see
+// ErrCorruptCapture), so that a corrupt file cannot make it allocate more
+// than a few hundred KiB per packet (16 MiB for a pcapng header block) or
+// read one block as another.
+//
+// Timestamps come at whatever precision the file has: micro- or
+// nanoseconds, or pcapng's if_tsresol. pcapgo converts binary resolutions
+// (if_tsresol 0x80|n, units of 2^-n s) with integer factors, so those
+// timestamps are off by up to 0.35 ms at 2^-10 and 2^-20 and 71 ms at 2^-30
+// (a known gap; every capture tool we know writes decimal resolutions).
+//
 // A Reader is not safe for concurrent use.
 type Reader struct {
 	format string // "pcap" or "pcapng"
 	pcap   *pcapgo.Reader
+	lt     LinkType // of a pcap file
 	ng     *pcapgo.NgReader
-	bound  *ngBoundary
+	ngv    *ngValidator
 	closer io.Closer
 	frames int
+	err    error // the error that ended reading
 }
 
 // Open opens a capture file. Errors name the file.
@@ -57,34 +128,68 @@ func Open(path string) (*Reader, error) {
 }
 
 // NewReader reads a capture from r, telling pcap from pcapng by the magic
-// number. It returns ErrNotCapture for anything else, and ErrLinkType when a
-// pcap file's link type is not one Decoder handles.
-func NewReader(r io.Reader) (*Reader, error) {
+// number. It returns an error wrapping ErrNotCapture for anything else,
+// ErrTruncatedCapture when the file ends inside its file header,
+// ErrCorruptCapture when its first block is corrupt, and ErrLinkType when a
+// pcap file's link type is not one Decoder handles. I/O errors of r are
+// returned as "read error: ..." wrapping them.
+func NewReader(r io.Reader) (rd *Reader, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			rd, err = nil, fmt.Errorf("%w: gopacket failed on the file header: %v", ErrCorruptCapture, p)
+		}
+	}()
 	br := bufio.NewReaderSize(r, 1<<16)
 	magic, err := br.Peek(4)
 	if err != nil {
+		if err != io.EOF {
+			return nil, &readError{err}
+		}
 		return nil, fmt.Errorf("%w: the file is %d bytes long", ErrNotCapture, len(magic))
 	}
 	switch binary.LittleEndian.Uint32(magic) {
 	case 0xA1B2C3D4, 0xD4C3B2A1, 0xA1B23C4D, 0x4D3CB2A1:
-		pr, err := pcapgo.NewReader(br)
+		var hdr [24]byte
+		n, err := io.ReadFull(br, hdr[:])
+		if err == io.ErrUnexpectedEOF {
+			return nil, fmt.Errorf("%w: the file ends after %d of the 24 bytes of the pcap file header", ErrTruncatedCapture, n)
+		} else if err != nil {
+			return nil, &readError{err}
+		}
+		var order binary.ByteOrder = binary.LittleEndian
+		if m := binary.LittleEndian.Uint32(hdr[:]); m == 0xD4C3B2A1 || m == 0x4D3CB2A1 {
+			order = binary.BigEndian
+		}
+		pr, err := pcapgo.NewReader(newPcapValidator(br, order, hdr[:]))
 		if err != nil {
 			return nil, fmt.Errorf("%w: bad pcap header: %v", ErrNotCapture, err)
 		}
-		if pr.Snaplen() > maxSnaplen || pr.Snaplen() == 0 {
-			pr.SetSnaplen(maxSnaplen)
+		// The header's snapshot length is advice: tshark reads records
+		// longer than it, and pcapgo allocates it. The validator bounds
+		// records to maxSnaplen.
+		pr.SetSnaplen(maxSnaplen)
+		// The link type field's top 6 bits carry the FCS length
+		// (libpcap's LT_LINKTYPE).
+		lt := LinkType(order.Uint32(hdr[20:]) & 0x03FFFFFF)
+		if !SupportedLinkType(lt) {
+			return nil, fmt.Errorf("%w: %s", ErrLinkType, lt)
 		}
-		if !SupportedLinkType(pr.LinkType()) {
-			return nil, fmt.Errorf("%w: %s (%d)", ErrLinkType, pr.LinkType(), int(pr.LinkType()))
-		}
-		return &Reader{format: "pcap", pcap: pr}, nil
-	case 0x0A0D0D0A:
-		bound := &ngBoundary{r: br}
-		nr, err := pcapgo.NewNgReader(bound, pcapgo.NgReaderOptions{WantMixedLinkType: true, SkipUnknownVersion: true})
+		return &Reader{format: "pcap", pcap: pr, lt: lt}, nil
+	case ngSHB:
+		v := newNgValidator(br)
+		nr, err := pcapgo.NewNgReader(v, pcapgo.NgReaderOptions{WantMixedLinkType: true, SkipUnknownVersion: true})
 		if err != nil {
+			var fe *formatError
+			var re *readError
+			switch {
+			case errors.As(err, &fe):
+				return nil, fmt.Errorf("%w: %w", fe.kind, fe)
+			case errors.As(err, &re):
+				return nil, re
+			}
 			return nil, fmt.Errorf("%w: bad pcapng section header: %v", ErrNotCapture, err)
 		}
-		return &Reader{format: "pcapng", ng: nr, bound: bound}, nil
+		return &Reader{format: "pcapng", ng: nr, ngv: v}, nil
 	}
 	return nil, fmt.Errorf("%w: the file starts with % x", ErrNotCapture, magic)
 }
@@ -92,37 +197,63 @@ func NewReader(r io.Reader) (*Reader, error) {
 // Format returns "pcap" or "pcapng".
 func (r *Reader) Format() string { return r.format }
 
-// Next returns the next frame and its link type. data is valid until the
-// next call. At the end of the capture it returns io.EOF; a file that ends
-// inside a record returns an error wrapping ErrTruncatedCapture, after every
-// whole frame before it was returned.
-func (r *Reader) Next() (data []byte, ci gopacket.CaptureInfo, lt layers.LinkType, err error) {
+// Next returns the next frame and its link type (a pcapng file's may differ
+// from one interface to the next). data is valid until the next call. At the
+// end of the capture it returns io.EOF. After every whole frame before it
+// was returned, it returns an error wrapping ErrTruncatedCapture for a file
+// that ends inside a record or block, ErrCorruptCapture for a corrupt one
+// (gopacket panicking on it included), ErrLinkType for a pcapng interface
+// whose link type Decoder does not handle, and "read error: ..." for an
+// I/O error. The error ends the capture: later calls return it again.
+func (r *Reader) Next() (data []byte, ci gopacket.CaptureInfo, lt LinkType, err error) {
+	if r.err != nil {
+		return nil, ci, 0, r.err
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			data, err = nil, fmt.Errorf("%w after %d frames: gopacket failed: %v", ErrCorruptCapture, r.frames, p)
+			r.err = err
+		}
+	}()
 	if r.pcap != nil {
 		data, ci, err = r.pcap.ZeroCopyReadPacketData()
-		lt = r.pcap.LinkType()
+		lt = r.lt
 	} else {
 		data, ci, err = r.ng.ZeroCopyReadPacketData()
-		if err == nil && len(ci.AncillaryData) > 0 {
-			lt, _ = ci.AncillaryData[0].(layers.LinkType)
+		if err == nil {
+			var ok bool
+			if lt, ok = r.ngv.linkType(ci.InterfaceIndex); !ok {
+				err = fmt.Errorf("packet of unknown interface %d", ci.InterfaceIndex)
+			}
 		}
 	}
-	switch {
-	case err == io.EOF && (ci.CaptureLength > 0 || r.bound != nil && r.bound.cut()):
-		// pcapgo says io.EOF when a record's header was read but none of
-		// its data, and for any short read inside a pcapng block.
-		return nil, ci, lt, fmt.Errorf("%w after %d frames", ErrTruncatedCapture, r.frames)
-	case err == io.EOF:
-		return nil, ci, lt, io.EOF
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return nil, ci, lt, fmt.Errorf("%w after %d frames", ErrTruncatedCapture, r.frames)
-	case err != nil:
-		return nil, ci, lt, fmt.Errorf("bad record after %d frames: %v", r.frames, err)
+	if err != nil {
+		return nil, ci, lt, r.fail(err)
 	}
-	if r.ng != nil && !SupportedLinkType(lt) {
-		return nil, ci, lt, fmt.Errorf("%w: frame %d is %s (%d)", ErrLinkType, r.frames+1, lt, int(lt))
+	if !SupportedLinkType(lt) {
+		return nil, ci, lt, r.fail(fmt.Errorf("%w: frame %d is %s", ErrLinkType, r.frames+1, lt))
 	}
 	r.frames++
 	return data, ci, lt, nil
+}
+
+// fail turns what pcapgo returned into the error that ends the capture.
+func (r *Reader) fail(err error) error {
+	var fe *formatError
+	var re *readError
+	switch {
+	case err == io.EOF, errors.Is(err, ErrLinkType):
+	case errors.As(err, &fe):
+		err = fmt.Errorf("%w after %d frames: %w", fe.kind, r.frames, fe)
+	case errors.As(err, &re):
+		err = fmt.Errorf("%w (after %d frames)", re, r.frames)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		err = fmt.Errorf("%w after %d frames", ErrTruncatedCapture, r.frames)
+	default:
+		err = fmt.Errorf("%w after %d frames: gopacket: %v", ErrCorruptCapture, r.frames, err)
+	}
+	r.err = err
+	return err
 }
 
 // Close closes the file Open opened.
@@ -131,15 +262,4 @@ func (r *Reader) Close() error {
 		return r.closer.Close()
 	}
 	return nil
-}
-
-// SupportedLinkType reports whether Decoder handles frames of link type lt:
-// Ethernet, raw IP (Raw, IPv4, IPv6), Linux cooked (SLL), BSD loopback.
-func SupportedLinkType(lt layers.LinkType) bool {
-	switch lt {
-	case layers.LinkTypeEthernet, layers.LinkTypeRaw, 12, layers.LinkTypeIPv4, layers.LinkTypeIPv6,
-		layers.LinkTypeLinuxSLL, layers.LinkTypeNull, layers.LinkTypeLoop:
-		return true
-	}
-	return false
 }

@@ -17,7 +17,7 @@ type Summary struct {
 	Malformed     int            `json:"malformed"`      // UDP to 4791 that did not decode
 	NonRoCE       int            `json:"non_roce"`       // frames skipped: not UDP to 4791
 	BadICRC       int            `json:"bad_icrc"`       // RoCE packets whose ICRC did not verify
-	ICRCUnchecked int            `json:"icrc_unchecked"` // RoCE packets cut short by the snapshot length
+	ICRCUnchecked int            `json:"icrc_unchecked"` // RoCE packets cut short by the snapshot length, or IPv6 with extension headers
 	Opcodes       map[string]int `json:"opcodes"`
 	AETH          map[string]int `json:"aeth_kinds"`
 	ECN           map[string]int `json:"ecn"`
@@ -26,21 +26,25 @@ type Summary struct {
 	flowIndex map[flowKey]*Flow
 }
 
-// Flow is the traffic from one address to one destination QP in one PSN
-// space, as a capture shows it. Requests (SEND, WRITE, READ request,
-// atomics, UD datagrams, CNPs) and responses (ACKs, READ responses, atomic
-// ACKs) are separate flows even between the same QPs: a response carries
-// the PSN of the request it answers, so it lives in the requester's PSN
-// space.
+// Flow is the traffic of one kind from one address to one destination QP
+// over one transport, as a capture shows it. Requests (SEND, WRITE, READ
+// request, atomics, UD datagrams), responses (ACKs, READ responses, atomic
+// ACKs) and CNPs are separate flows even between the same QPs: a response
+// carries the PSN of the request it answers, so it lives in the requester's
+// PSN space, and a CNP carries PSN 0 and no sequence at all. RC, UC and UD
+// traffic to the same QPN are separate flows too.
 type Flow struct {
-	Src      string `json:"src"`
-	Dst      string `json:"dst"`
-	DestQP   uint32 `json:"dqpn"`
-	Response bool   `json:"response"`
-	SrcPorts []int  `json:"sports"` // UDP source ports seen
-	Packets  int    `json:"packets"`
+	Src    string `json:"src"`
+	Dst    string `json:"dst"`
+	DestQP uint32 `json:"dqpn"`
+	// Kind is "requests", "responses" or "cnps".
+	Kind string `json:"kind"`
+	// Transport is "RC", "UC", "UD" or "CNP" (bth.Transport.String).
+	Transport string `json:"transport"`
+	SrcPorts  []int  `json:"sports"` // UDP source ports seen
+	Packets   int    `json:"packets"`
 	// FirstPSN and LastPSN are the first and the highest PSN seen (in
-	// 24-bit sequence order).
+	// 24-bit sequence order); 0 in CNP flows, whose PSNs mean nothing.
 	FirstPSN uint32 `json:"first_psn"`
 	LastPSN  uint32 `json:"last_psn"`
 	// Messages counts packets that end a message (Last or Only) and READ
@@ -48,22 +52,33 @@ type Flow struct {
 	Messages int `json:"messages"`
 	// Retransmitted counts request and response packets whose PSN is not
 	// after the highest PSN already seen in the flow: go-back-N resends and
-	// duplicates. ACKs are not counted: repeating a PSN is their nature.
+	// duplicates. ACKs and CNPs are not counted: repeating a PSN is their
+	// nature.
 	Retransmitted int `json:"retransmitted"`
-	PayloadBytes  int `json:"payload_bytes"`
-	ACKs          int `json:"acks"`     // ACK syndromes (on ACKs, atomic ACKs and READ responses)
-	NAKs          int `json:"naks"`     // NAK syndromes of every code
-	RNRNAKs       int `json:"rnr_naks"` // RNR NAKs
-	CNPs          int `json:"cnps"`
-	CE            int `json:"ce"` // packets that arrived marked CE
+	// PayloadBytes adds up the payload lengths on the wire
+	// (Record.PayloadLen), also of packets the capture cut short.
+	PayloadBytes int `json:"payload_bytes"`
+	ACKs         int `json:"acks"`     // ACK syndromes (on ACKs, atomic ACKs and READ responses)
+	NAKs         int `json:"naks"`     // NAK syndromes of every code
+	RNRNAKs      int `json:"rnr_naks"` // RNR NAKs
+	CNPs         int `json:"cnps"`
+	CE           int `json:"ce"` // packets that arrived marked CE
 	// LastMSN is the MSN of the last AETH seen, when any.
 	LastMSN *uint32 `json:"last_msn,omitempty"`
 }
 
+// Flow kinds.
+const (
+	FlowRequests  = "requests"
+	FlowResponses = "responses"
+	FlowCNPs      = "cnps"
+)
+
 type flowKey struct {
-	src, dst string
-	qpn      uint32
-	response bool
+	src, dst  string
+	qpn       uint32
+	kind      string
+	transport bth.Transport
 }
 
 // NewSummary returns an empty Summary.
@@ -96,27 +111,38 @@ func (s *Summary) Add(k Kind, rec *Record) {
 		s.BadICRC++
 	}
 
-	response := info.Op == bth.OpAcknowledge || info.Op == bth.OpAtomicAcknowledge || info.Op == bth.OpReadResponse
-	key := flowKey{rec.Src.String(), rec.Dst.String(), p.BTH.DestQP, response}
+	kind := FlowRequests
+	switch info.Op {
+	case bth.OpAcknowledge, bth.OpAtomicAcknowledge, bth.OpReadResponse:
+		kind = FlowResponses
+	case bth.OpCNP:
+		kind = FlowCNPs
+	}
+	key := flowKey{rec.Src.String(), rec.Dst.String(), p.BTH.DestQP, kind, op.Transport()}
 	f := s.flowIndex[key]
 	psn := uint32(p.BTH.PSN)
+	if kind == FlowCNPs {
+		psn = 0
+	}
 	if f == nil {
-		f = &Flow{Src: key.src, Dst: key.dst, DestQP: key.qpn, Response: response, FirstPSN: psn, LastPSN: psn}
+		f = &Flow{Src: key.src, Dst: key.dst, DestQP: key.qpn, Kind: kind, Transport: key.transport.String(),
+			FirstPSN: psn, LastPSN: psn}
 		s.flowIndex[key] = f
 		s.Flows = append(s.Flows, f)
-	} else if info.Op != bth.OpAcknowledge && info.Op != bth.OpAtomicAcknowledge && info.Op != bth.OpCNP &&
-		!p.BTH.PSN.After(bth.PSN(f.LastPSN)) {
-		f.Retransmitted++
-	}
-	if p.BTH.PSN.After(bth.PSN(f.LastPSN)) {
-		f.LastPSN = psn
+	} else if kind != FlowCNPs {
+		if info.Op != bth.OpAcknowledge && info.Op != bth.OpAtomicAcknowledge && !p.BTH.PSN.After(bth.PSN(f.LastPSN)) {
+			f.Retransmitted++
+		}
+		if p.BTH.PSN.After(bth.PSN(f.LastPSN)) {
+			f.LastPSN = psn
+		}
 	}
 	if !containsPort(f.SrcPorts, int(rec.SrcPort)) {
 		f.SrcPorts = append(f.SrcPorts, int(rec.SrcPort))
 		sort.Ints(f.SrcPorts)
 	}
 	f.Packets++
-	f.PayloadBytes += len(p.Payload)
+	f.PayloadBytes += rec.PayloadLen
 	if info.Ends() || info.Op == bth.OpReadRequest || info.Op == bth.OpCompareSwap || info.Op == bth.OpFetchAdd {
 		if info.Op != bth.OpReadResponse {
 			f.Messages++
@@ -155,12 +181,11 @@ func containsPort(ports []int, p int) bool {
 
 // String describes a flow on one line.
 func (f *Flow) String() string {
-	dir := "requests"
-	if f.Response {
-		dir = "responses"
+	s := fmt.Sprintf("%s %s %s > %s dqpn=%#06x packets=%d", f.Kind, f.Transport, f.Src, f.Dst, f.DestQP, f.Packets)
+	if f.Kind != FlowCNPs {
+		s += fmt.Sprintf(" psn=%d..%d messages=%d payload=%dB retransmitted=%d",
+			f.FirstPSN, f.LastPSN, f.Messages, f.PayloadBytes, f.Retransmitted)
 	}
-	s := fmt.Sprintf("%s %s > %s dqpn=%#06x packets=%d psn=%d..%d messages=%d payload=%dB retransmitted=%d",
-		dir, f.Src, f.Dst, f.DestQP, f.Packets, f.FirstPSN, f.LastPSN, f.Messages, f.PayloadBytes, f.Retransmitted)
 	if f.ACKs+f.NAKs+f.RNRNAKs > 0 {
 		s += fmt.Sprintf(" acks=%d naks=%d rnr_naks=%d", f.ACKs, f.NAKs, f.RNRNAKs)
 	}

@@ -136,7 +136,7 @@ func (w *Writer) Close() error {
 func SetICRC(frame []byte) error {
 	d := NewDecoder()
 	var rec Record
-	k, err := d.Decode(frame, gopacket.CaptureInfo{CaptureLength: len(frame), Length: len(frame)}, layers.LinkTypeEthernet, &rec)
+	k, err := d.Decode(frame, gopacket.CaptureInfo{CaptureLength: len(frame), Length: len(frame)}, LinkTypeEthernet, &rec)
 	if err != nil {
 		return err
 	}
@@ -147,7 +147,7 @@ func SetICRC(frame []byte) error {
 		return rec.Err
 	}
 	if !rec.ICRCChecked {
-		return fmt.Errorf("pcap: frame too short for its UDP length: %w", bth.ErrBadIPHeader)
+		return fmt.Errorf("pcap: no ICRC is defined over this frame (cut short, or IPv6 with extension headers): %w", bth.ErrBadIPHeader)
 	}
 	n := len(rec.UDPPayload) - bth.ICRCLen
 	crc := rec.ICRCComputed
