@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"sort"
 	"strings"
 	"time"
@@ -21,20 +22,35 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "write JSON Lines: one object per RoCEv2 packet, then {\"summary\": ...} per file")
 	port := fs.Uint("udp-port", 4791, "UDP destination `port` that marks RoCEv2 packets")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: roce-emu decode [--json] FILE...")
+		fmt.Fprintln(stderr, "usage: roce-emu decode [--json] [--udp-port PORT] FILE...")
 		fmt.Fprintln(stderr, "\nDecodes every RoCEv2 packet (UDP destination port 4791) in pcap or pcapng")
 		fmt.Fprintln(stderr, "captures: addresses, opcode, QPN, PSN, extended headers, payload length, ECN")
 		fmt.Fprintln(stderr, "and whether the ICRC verifies; then a summary of each file.")
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
+	// Flags may come after file names too ("decode f.pcap --json"); after
+	// "--" everything is a file name.
+	var files []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
+			return 2
 		}
-		return 2
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if consumed := args[:len(args)-len(rest)]; len(consumed) > 0 && consumed[len(consumed)-1] == "--" {
+			files = append(files, rest...)
+			break
+		}
+		files = append(files, rest[0])
+		args = rest[1:]
 	}
-	if fs.NArg() == 0 {
+	if len(files) == 0 {
 		fmt.Fprintln(stderr, "roce-emu decode: no capture file given")
 		fs.Usage()
 		return 2
@@ -46,8 +62,8 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	out := bufio.NewWriter(stdout)
 	defer out.Flush()
 	code := 0
-	for _, name := range fs.Args() {
-		if err := decodeFile(name, uint16(*port), *asJSON, fs.NArg() > 1, out); err != nil {
+	for _, name := range files {
+		if err := decodeFile(name, uint16(*port), *asJSON, len(files) > 1, out); err != nil {
 			out.Flush()
 			fmt.Fprintf(stderr, "roce-emu decode: %v\n", err)
 			code = 1
@@ -110,7 +126,7 @@ func decodeFile(name string, port uint16, asJSON, many bool, out *bufio.Writer) 
 //	6   0.004512 192.168.65.5:49153 > 192.168.65.4:4791 RC_RDMA_WRITE_ONLY dqpn=0x000011 psn=9209053 ackreq=1 reth{va=0x... rkey=0x... len=18} pad=2 payload=18 ecn=Not-ECT icrc=ok
 func textLine(n int, rel float64, k pcap.Kind, rec *pcap.Record) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%5d %10.6f %s:%d > %s:%d ", n, rel, rec.Src, rec.SrcPort, rec.Dst, rec.DstPort)
+	fmt.Fprintf(&b, "%5d %10.6f %s > %s ", n, rel, netip.AddrPortFrom(rec.Src, rec.SrcPort), netip.AddrPortFrom(rec.Dst, rec.DstPort))
 	h := &rec.Packet.BTH
 	if k == pcap.KindMalformed {
 		fmt.Fprintf(&b, "MALFORMED (%d bytes): %v", len(rec.UDPPayload), rec.Err)
@@ -163,7 +179,7 @@ func textLine(n int, rel float64, k pcap.Kind, rec *pcap.Record) string {
 	if h.PadCnt != 0 {
 		fmt.Fprintf(&b, " pad=%d", h.PadCnt)
 	}
-	fmt.Fprintf(&b, " payload=%d ecn=%s icrc=%s", len(p.Payload), rec.ECN, icrcWord(rec))
+	fmt.Fprintf(&b, " payload=%d ecn=%s icrc=%s", rec.PayloadLen, rec.ECN, icrcWord(rec))
 	return b.String()
 }
 
@@ -246,7 +262,7 @@ func jsonRecord(file string, n int, rel float64, k pcap.Kind, rec *pcap.Record) 
 		SPort: rec.SrcPort, DPort: rec.DstPort, TOS: rec.TrafficClass, ECN: rec.ECN.String(), TTL: rec.HopLimit}
 	if k == pcap.KindMalformed {
 		j.Error = rec.Err.Error()
-		j.PayloadLen = len(rec.UDPPayload)
+		j.PayloadLen = rec.PayloadLen
 		return j
 	}
 	p := &rec.Packet
@@ -257,7 +273,7 @@ func jsonRecord(file string, n int, rel float64, k pcap.Kind, rec *pcap.Record) 
 	j.DQPN, j.PSN, j.AckReq = ptr(h.DestQP), ptr(uint32(h.PSN)), ptr(h.AckReq)
 	j.SE, j.MigReq, j.FECN, j.BECN = ptr(h.SE), ptr(h.MigReq), ptr(h.FECN), ptr(h.BECN)
 	j.PKey, j.PadCnt = ptr(h.PKey), ptr(h.PadCnt)
-	j.PayloadLen = len(p.Payload)
+	j.PayloadLen = rec.PayloadLen
 	j.ICRC = fmt.Sprintf("%#08x", p.ICRC)
 	if rec.ICRCChecked {
 		j.ICRCOK = ptr(rec.ICRCOK)

@@ -100,6 +100,16 @@ type jsonSummary struct {
 	Opcodes       map[string]int `json:"opcodes"`
 	AETH          map[string]int `json:"aeth_kinds"`
 	ECN           map[string]int `json:"ecn"`
+	Flows         []jsonFlow     `json:"flows"`
+}
+
+type jsonFlow struct {
+	Kind          string `json:"kind"`
+	Transport     string `json:"transport"`
+	Packets       int    `json:"packets"`
+	PayloadBytes  int    `json:"payload_bytes"`
+	Retransmitted int    `json:"retransmitted"`
+	CNPs          int    `json:"cnps"`
 }
 
 // jsonFile is what --json printed for one capture: its packets, then its
@@ -951,4 +961,188 @@ func TestDecodeSourcePort4791IsNotRoCE(t *testing.T) {
 	assert.Equal(t, 1, files[0].Summary.NonRoCE)
 	assert.Equal(t, 1, files[0].Summary.RoCE)
 	assert.Equal(t, 2, files[0].Summary.Frames)
+}
+
+// ---------------------------------------------------------------------------
+// corrupt and unusual captures
+
+// pcapngLE builds a little-endian pcapng file: a section header, one
+// interface description block of link type lt with the given options, and an
+// enhanced packet block per frame (timestamps 1, 2, ... in the interface's
+// units).
+func pcapngLE(lt uint16, idbOpts []byte, frames ...[]byte) []byte {
+	block := func(b []byte, typ uint32, body []byte) []byte {
+		for len(body)%4 != 0 {
+			body = append(body, 0)
+		}
+		n := uint32(12 + len(body))
+		b = binary.LittleEndian.AppendUint32(b, typ)
+		b = binary.LittleEndian.AppendUint32(b, n)
+		b = append(b, body...)
+		return binary.LittleEndian.AppendUint32(b, n)
+	}
+	shb := []byte{0x4D, 0x3C, 0x2B, 0x1A, 1, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}
+	b := block(nil, 0x0A0D0D0A, shb)
+	idb := binary.LittleEndian.AppendUint16(nil, lt)
+	idb = append(idb, 0, 0, 0, 0, 4, 0) // reserved, snaplen 262144
+	if len(idbOpts) > 0 {
+		idb = append(append(idb, idbOpts...), 0, 0, 0, 0)
+	}
+	b = block(b, 1, idb)
+	for i, f := range frames {
+		epb := binary.LittleEndian.AppendUint32(nil, 0)
+		epb = binary.LittleEndian.AppendUint32(epb, 0)
+		epb = binary.LittleEndian.AppendUint32(epb, uint32(i+1))
+		epb = binary.LittleEndian.AppendUint32(epb, uint32(len(f)))
+		epb = binary.LittleEndian.AppendUint32(epb, uint32(len(f)))
+		b = block(b, 6, append(epb, f...))
+	}
+	return b
+}
+
+// An if_tsresol that makes gopacket divide by zero: one line naming the
+// file, exit 1, and the next file is decoded.
+func TestDecodeTimestampResolutionOverflow(t *testing.T) {
+	t.Parallel()
+	good := writeTemp(t, "good.pcap", captureBytes(t, goodFrame(t, 5, 8)))
+	for _, r := range []byte{64, 0x80 | 64} {
+		bad := writeTemp(t, "res.pcapng", pcapngLE(1, []byte{9, 0, 1, 0, r, 0, 0, 0}, goodFrame(t, 4, 8)))
+		code, out, errOut := runCLI(t, "decode", bad, good)
+		assert.Equal(t, 1, code)
+		assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line on stderr: %q", errOut)
+		assert.True(t, strings.HasPrefix(errOut, "roce-emu decode: "+bad+": "), errOut)
+		assert.Contains(t, errOut, "corrupt capture")
+		assert.Contains(t, errOut, "if_tsresol")
+		assert.NotContains(t, errOut, "panic")
+		assert.Contains(t, out, "== "+good+"\n")
+		assert.Contains(t, out, "psn=5 ")
+	}
+}
+
+func TestDecodeCorruptPcapng(t *testing.T) {
+	t.Parallel()
+	data := append(pcapngLE(1, nil, goodFrame(t, 1, 8), goodFrame(t, 2, 8)), make([]byte, 4096)...)
+	path := writeTemp(t, "zeros.pcapng", data)
+	code, out, errOut := runCLI(t, "decode", path)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, out, "psn=1 ")
+	assert.Contains(t, out, "psn=2 ")
+	assert.Contains(t, out, summaryLine(2, 2, 0, 0, 0, 0)+"\n")
+	assert.Contains(t, errOut, path+": corrupt capture after 2 frames: pcapng block at offset")
+	assert.Contains(t, errOut, "block length 0 is less than 12")
+}
+
+func TestDecodeDirectory(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	code, out, errOut := runCLI(t, "decode", dir)
+	assert.Equal(t, 1, code)
+	assert.Empty(t, out)
+	assert.Equal(t, "roce-emu decode: "+dir+": read error: is a directory\n", errOut)
+}
+
+func TestDecodeTruncatedFileHeader(t *testing.T) {
+	t.Parallel()
+	path := writeTemp(t, "hdr.pcap", captureBytes(t)[:10])
+	code, _, errOut := runCLI(t, "decode", path)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "truncated")
+	assert.NotContains(t, errOut, "not a pcap")
+}
+
+func TestDecodeFlagsAfterFiles(t *testing.T) {
+	t.Parallel()
+	path := writeTemp(t, "ok.pcap", captureBytes(t, goodFrame(t, 9, 4)))
+	code, out, errOut := runCLI(t, "decode", path, "--json")
+	require.Equal(t, 0, code, errOut)
+	files := parseJSONLines(t, out)
+	require.Len(t, files, 1)
+	assert.Len(t, files[0].Packets, 1)
+
+	code, out, errOut = runCLI(t, "decode", path, "--udp-port", "4791", "--json", path)
+	require.Equal(t, 0, code, errOut)
+	assert.Len(t, parseJSONLines(t, out), 2)
+
+	// After "--" everything is a file name.
+	code, _, errOut = runCLI(t, "decode", path, "--", "--json")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "--json")
+}
+
+func TestDecodeIPv6Brackets(t *testing.T) {
+	t.Parallel()
+	e := &bth.Encap{SrcMAC: macA, DstMAC: macB, Src: netip.MustParseAddr("2001:db8::10"),
+		Dst: netip.MustParseAddr("2001:db8::20"), SrcPort: 49152}
+	p := &bth.Packet{BTH: bth.BTH{Opcode: bth.RCSendOnly, PKey: 0xFFFF, DestQP: 0x17, PSN: 3}, Payload: []byte{1, 2, 3, 4}}
+	frame, err := e.AppendFrame(nil, p)
+	require.NoError(t, err)
+	path := writeTemp(t, "v6.pcap", captureBytes(t, frame))
+	lines := decodeText(t, path, 1, summaryLine(1, 1, 0, 0, 0, 0))
+	assert.Contains(t, lines[0], " [2001:db8::10]:49152 > [2001:db8::20]:4791 RC_SEND_ONLY")
+}
+
+// pcapRecord is a classic pcap record header and data.
+func pcapRecord(caplen, orig int, data []byte) []byte {
+	r := make([]byte, 16)
+	binary.LittleEndian.PutUint32(r[0:], 1700000000)
+	binary.LittleEndian.PutUint32(r[8:], uint32(caplen))
+	binary.LittleEndian.PutUint32(r[12:], uint32(orig))
+	return append(r, data...)
+}
+
+// A frame cut by the snapshot length after its headers: RoCE, the payload
+// length of the wire, ICRC unchecked; the flow counts the bytes of the wire.
+func TestDecodeSnaplenCut(t *testing.T) {
+	t.Parallel()
+	whole := goodFrame(t, 50, 1000)
+	cut := whole[:96]
+	data := append(pcapHeader(1), pcapRecord(len(cut), len(whole), cut)...)
+	path := writeTemp(t, "snap.pcap", data)
+
+	lines := decodeText(t, path, 1, summaryLine(1, 1, 0, 0, 0, 1))
+	assert.Contains(t, lines[0], "RC_SEND_ONLY dqpn=0x000017 psn=50 ackreq=1 payload=1000 ecn=Not-ECT icrc=unchecked")
+	code, out, _ := runCLI(t, "decode", path)
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, "  flow requests RC 192.0.2.10 > 192.0.2.20 dqpn=0x000017 packets=1 psn=50..50 messages=1 payload=1000B retransmitted=0\n")
+
+	f := decodeJSONFile(t, path)
+	require.Len(t, f.Packets, 1)
+	assert.Equal(t, 1000, f.Packets[0].PayloadLen)
+	assert.Nil(t, f.Packets[0].ICRCOK)
+	assert.NotContains(t, f.Packets[0].keys, "error")
+	require.Len(t, f.Summary.Flows, 1)
+	assert.Equal(t, 1000, f.Summary.Flows[0].PayloadBytes)
+}
+
+// Lengths that lie in a complete frame: malformed, saying which.
+func TestDecodeLyingLengths(t *testing.T) {
+	t.Parallel()
+	f := goodFrame(t, 60, 64)
+	binary.BigEndian.PutUint16(f[14+20+4:], 200) // UDP length
+	path := writeTemp(t, "udplen.pcap", captureBytes(t, f))
+	lines := decodeText(t, path, 1, summaryLine(1, 0, 1, 0, 0, 0))
+	assert.Contains(t, lines[0], "MALFORMED")
+	assert.Contains(t, lines[0], "UDP length 200 exceeds the 88 bytes the IPv4 total length 108 leaves it")
+}
+
+// A CNP to a QP is not one of the requests to it.
+func TestDecodeCNPFlow(t *testing.T) {
+	t.Parallel()
+	cnp := &bth.Packet{BTH: bth.BTH{Opcode: bth.CNP, PKey: 0xFFFF, BECN: true, DestQP: 0x17}}
+	cnpFrame, err := encap(0, 0).AppendFrame(nil, cnp)
+	require.NoError(t, err)
+	path := writeTemp(t, "cnp.pcap", captureBytes(t, goodFrame(t, 100, 8), goodFrame(t, 101, 8), cnpFrame, goodFrame(t, 102, 8)))
+	code, out, errOut := runCLI(t, "decode", path)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "  flow requests RC 192.0.2.10 > 192.0.2.20 dqpn=0x000017 packets=3 psn=100..102 messages=3 payload=24B retransmitted=0\n")
+	assert.Contains(t, out, "  flow cnps CNP 192.0.2.10 > 192.0.2.20 dqpn=0x000017 packets=1 cnps=1\n")
+
+	j := decodeJSONFile(t, path)
+	require.Len(t, j.Summary.Flows, 2)
+	assert.Equal(t, "requests", j.Summary.Flows[0].Kind)
+	assert.Equal(t, "RC", j.Summary.Flows[0].Transport)
+	assert.Equal(t, 0, j.Summary.Flows[0].Retransmitted)
+	assert.Equal(t, "cnps", j.Summary.Flows[1].Kind)
+	assert.Equal(t, "CNP", j.Summary.Flows[1].Transport)
+	assert.Equal(t, 1, j.Summary.Flows[1].CNPs)
 }
