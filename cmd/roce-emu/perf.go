@@ -80,14 +80,15 @@ func parsePerfKey(b []byte) (peer, int, error) {
 
 type perfFlags struct {
 	netFlags
-	op      string
-	size    int
-	iters   int
-	port    int
-	mtu     int
-	txDepth int
-	gbits   bool
-	timeout time.Duration
+	op       string
+	size     int
+	iters    int
+	port     int
+	mtu      int
+	txDepth  int
+	gbits    bool
+	timeout  time.Duration
+	perftest bool
 }
 
 func (f *perfFlags) register(fs *flag.FlagSet, kind string) {
@@ -108,6 +109,7 @@ func (f *perfFlags) register(fs *flag.FlagSet, kind string) {
 	fs.IntVar(&f.txDepth, "t", 128, "work requests kept outstanding (bw)")
 	fs.BoolVar(&f.gbits, "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
 	fs.DurationVar(&f.timeout, "timeout", 120*time.Second, "give up when the run takes longer than this")
+	fs.BoolVar(&f.perftest, "perftest", false, "speak perftest 6.06's whole out-of-band protocol, to run against ib_"+def+"_"+kind+" and the other perftest programs")
 }
 
 func (f *perfFlags) check() (qp.WROpcode, qp.MTU, error) {
@@ -147,15 +149,21 @@ func runPerf(kind string, args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: roce-emu %s [flags] [HOST]\n\n", kind)
 		if kind == "bw" {
-			fmt.Fprintln(stderr, "perftest-style bandwidth between two roce-emu peers: without HOST, wait as the")
-			fmt.Fprintln(stderr, "server; with HOST, connect to it and run -n operations of -s bytes, -t at a time.")
+			fmt.Fprintln(stderr, "perftest-style bandwidth, between two roce-emu peers or (--perftest) with perftest:")
+			fmt.Fprintln(stderr, "without HOST, wait as the server; with HOST, connect to it and run -n operations")
+			fmt.Fprintln(stderr, "of -s bytes, -t at a time.")
 		} else {
-			fmt.Fprintln(stderr, "perftest-style latency between two roce-emu peers: send and write ping-pong")
-			fmt.Fprintln(stderr, "(write uses RDMA WRITE with immediate so the peer sees each one) and report half")
-			fmt.Fprintln(stderr, "the round trip, as ib_send_lat does; read reports each READ's full time.")
+			fmt.Fprintln(stderr, "perftest-style latency, between two roce-emu peers or (--perftest) with perftest:")
+			fmt.Fprintln(stderr, "send and write ping-pong and report half the round trip, as ib_send_lat does; read")
+			fmt.Fprintln(stderr, "reports each READ's full time. Between roce-emu peers write uses RDMA WRITE with")
+			fmt.Fprintln(stderr, "immediate so the peer sees each one; with --perftest it polls memory as")
+			fmt.Fprintln(stderr, "ib_write_lat does.")
 		}
-		fmt.Fprintln(stderr, "The address exchange uses perftest's key strings over TCP, but not the rest of")
-		fmt.Fprintln(stderr, "perftest's protocol: run roce-emu on both sides.")
+		fmt.Fprintln(stderr, "Without --perftest the address exchange uses perftest's key strings over TCP but")
+		fmt.Fprintln(stderr, "not the rest of perftest's protocol: run roce-emu on both sides. With --perftest")
+		fmt.Fprintln(stderr, "roce-emu speaks perftest 6.06's protocol (Debian 12's perftest) and runs against")
+		fmt.Fprintf(stderr, "ib_send_%s, ib_write_%s and ib_read_%s as client or server (on RoCE perftest\n", kind, kind, kind)
+		fmt.Fprintln(stderr, "needs -x GID_INDEX, e.g. ib_write_bw -d rxe0 -x 1 HOST).")
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
@@ -174,7 +182,11 @@ func runPerf(kind string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "roce-emu %s: %v\n", kind, err)
 		return 2
 	}
-	if err := perf(kind, fs.Arg(0), op, mtu, &f, stdout); err != nil {
+	run := perf
+	if f.perftest {
+		run = perftestRun
+	}
+	if err := run(kind, fs.Arg(0), op, mtu, &f, stdout); err != nil {
 		fmt.Fprintf(stderr, "roce-emu %s: %v\n", kind, err)
 		return 1
 	}
@@ -412,23 +424,46 @@ func (r *perfRun) bw(client bool, depth int, gbits bool, out io.Writer) error {
 		fmt.Fprintln(out, " (the server of a one-sided test only serves memory; the client reports)")
 		return nil
 	}
+	printBW(out, r.size, r.iters, gbits, bwStats(r.size, start, stamps, gbits))
+	return nil
+}
+
+// bwResult is what a bandwidth test reports, in the unit asked for (MB/sec
+// of 2^20 bytes, as perftest, or Gb/sec).
+type bwResult struct{ peak, avg, mpps float64 }
+
+// bwStats computes the results of messages of size bytes posted from start
+// and completed at stamps.
+func bwStats(size int, start time.Time, stamps []time.Time, gbits bool) bwResult {
 	el := stamps[len(stamps)-1].Sub(start).Seconds()
-	avg := float64(r.size) * float64(r.iters) / el
-	win := max(1, r.iters/10)
+	if el <= 0 {
+		el = 1e-9
+	}
+	n := len(stamps)
+	avg := float64(size) * float64(n) / el
+	win := max(1, n/10)
 	peak := avg
-	for i := win; i < len(stamps); i++ {
+	for i := win; i < n; i++ {
 		if d := stamps[i].Sub(stamps[i-win]).Seconds(); d > 0 {
-			peak = max(peak, float64(r.size)*float64(win)/d)
+			peak = max(peak, float64(size)*float64(win)/d)
 		}
 	}
-	unit, scale := "MB/sec", 1.0/(1<<20)
+	scale := 1.0 / (1 << 20)
 	if gbits {
-		unit, scale = "Gb/sec", 8.0/1e9
+		scale = 8.0 / 1e9
+	}
+	return bwResult{peak: peak * scale, avg: avg * scale, mpps: float64(n) / el / 1e6}
+}
+
+// printBW prints a bandwidth result as perftest's table.
+func printBW(out io.Writer, size, iters int, gbits bool, r bwResult) {
+	unit := "MB/sec"
+	if gbits {
+		unit = "Gb/sec"
 	}
 	fmt.Fprintf(out, " #bytes     #iterations    BW peak[%s]    BW average[%s]   MsgRate[Mpps]\n", unit, unit)
-	fmt.Fprintf(out, " %-10d %-10d       %-18.2f %-20.2f %.6f\n", r.size, r.iters, peak*scale, avg*scale, float64(r.iters)/el/1e6)
+	fmt.Fprintf(out, " %-10d %-10d       %-18.2f %-20.2f %.6f\n", size, iters, r.peak, r.avg, r.mpps)
 	fmt.Fprintln(out, perfRule)
-	return nil
 }
 
 // lat runs the latency test.
@@ -513,6 +548,13 @@ func (r *perfRun) lat(client bool, out io.Writer) error {
 			return nil
 		}
 	}
+	printLat(out, r.size, r.iters, samples)
+	return nil
+}
+
+// printLat prints latency samples as perftest's table.
+func printLat(out io.Writer, size, iters int, samples []time.Duration) {
+	samples = slices.Clone(samples)
 	slices.Sort(samples)
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
 	var sum, sq float64
@@ -524,11 +566,10 @@ func (r *perfRun) lat(client bool, out io.Writer) error {
 		sq += (us(s) - mean) * (us(s) - mean)
 	}
 	pct := func(p float64) float64 {
-		return us(samples[min(len(samples)-1, int(math.Ceil(p*float64(len(samples))))-1)])
+		return us(samples[max(0, min(len(samples)-1, int(math.Ceil(p*float64(len(samples))))-1))])
 	}
 	fmt.Fprintln(out, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]")
-	fmt.Fprintf(out, " %-7d %-10d      %-14.2f %-12.2f %-18.2f %-14.2f %-15.2f %-22.2f %.2f\n", r.size, r.iters,
+	fmt.Fprintf(out, " %-7d %-10d      %-14.2f %-12.2f %-18.2f %-14.2f %-15.2f %-22.2f %.2f\n", size, iters,
 		us(samples[0]), us(samples[len(samples)-1]), us(samples[len(samples)/2]), mean, math.Sqrt(sq/float64(len(samples))), pct(0.99), pct(0.999))
 	fmt.Fprintln(out, perfRule)
-	return nil
 }

@@ -1,0 +1,892 @@
+package main
+
+// roce-emu bw/lat --perftest: the whole out-of-band protocol of perftest
+// 6.06 (Debian 12's perftest 4.5+0.17), so that roce-emu runs against
+// ib_{send,write,read}_{bw,lat} as client or server. What perftest does was
+// read in linux-rdma/perftest (src/perftest_communication.c,
+// perftest_resources.c, *_bw.c, *_lat.c) and checked against the real
+// programs on rxe: testdata/perftest-6.06-*-exchange.txt hold every TCP
+// message of one run of each program, recorded between two perftest peers.
+//
+// Every message is a fixed-size exchange: the client writes its message
+// and reads the server's of the same size; the server reads first, then
+// writes (ctx_xchg_data, ctx_hand_shake). In order:
+//
+//	version      16 bytes, "6.06" NUL-padded (exchange_versions)
+//	cycle buffer 4 bytes big-endian, then cache line size 4 bytes, when the
+//	             peer is 5.32 or later (check_sys_data); both sides use the
+//	             larger of the two values
+//	MTU          the ibv_mtu code as a decimal string, 2 bytes ("3\0") from
+//	             5.31 on, 4 before; both use the smaller (check_mtu)
+//	key          108 bytes per QP: LID, out_reads, QPN, PSN, R_Key, VA,
+//	             the GID and the SRQ number (formatPerfKey); then both
+//	             sides move their QP to RTR (and RTS)
+//	barriers     the same key again: after connecting, after printing the
+//	             addresses, and (send_bw, every latency test) once the
+//	             receives are posted, just before traffic
+//	traffic
+//	write_bw, read_bw: a barrier when the client is done, then the results
+//	             (xchg_bw_reports): message size and iterations, 8 bytes
+//	             big-endian each (iterations 4 bytes before 5.33), and three
+//	             big-endian doubles, peak and average bandwidth and Mpps, in
+//	             the client's unit; the server prints the client's
+//	close        a last barrier, then each side writes "done\0" and closes
+//	             (ctx_close_connection); ib_write_lat closes without either.
+//
+// The QP attributes are perftest's: RTR with the negotiated MTU, the
+// peer's QPN and PSN, max_dest_rd_atomic = own out_reads, min_rnr_timer 12,
+// hop limit 255; RTS with own PSN, timeout 14, retry_cnt 7, rnr_retry 7,
+// max_rd_atomic = the peer's out_reads. Each side registers a buffer of
+// twice max(size, cycle buffer) and advertises its second half; write and
+// read bandwidth clients walk the remote address in steps of the size
+// rounded up to the cache line, over one cycle buffer, when the size is at
+// most half of it, tx depth operations at a time (no warm-up by default).
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/roce-emu/roce-emu/bth"
+	"github.com/roce-emu/roce-emu/qp"
+	"github.com/roce-emu/roce-emu/transport"
+)
+
+// Constants of perftest's protocol and of the values roce-emu offers.
+const (
+	perftestVersion   = "6.06" // what Debian 12's perftest 4.5+0.17 sends
+	perftestVerLen    = 16     // sizeof(user_param->version)
+	perftestCycle     = 4096   // perftest's default cycle buffer: the page size
+	perftestCacheLine = 64     // perftest's default cache line size
+	perftestRxDepth   = 512    // perftest's default rx depth
+	perftestPoison    = 0xA5   // fills a READ's landing buffer before the READ
+)
+
+// perftestProgram names the perftest program a test corresponds to.
+func perftestProgram(kind string, op qp.WROpcode) string {
+	return "ib_" + map[qp.WROpcode]string{qp.IBV_WR_SEND: "send", qp.IBV_WR_RDMA_WRITE: "write", qp.IBV_WR_RDMA_READ: "read"}[op] + "_" + kind
+}
+
+// perftestSession is the TCP side of a perftest run.
+type perftestSession struct {
+	conn   net.Conn
+	client bool
+	remVer float64
+}
+
+// xchg sends mine and returns the peer's message of the same size: the
+// client writes first, the server reads first (ctx_xchg_data).
+func (s *perftestSession) xchg(what string, mine []byte) ([]byte, error) {
+	rem := make([]byte, len(mine))
+	var err error
+	if s.client {
+		if _, err = s.conn.Write(mine); err == nil {
+			_, err = io.ReadFull(s.conn, rem)
+		}
+	} else {
+		if _, err = io.ReadFull(s.conn, rem); err == nil {
+			_, err = s.conn.Write(mine)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("perftest exchange (%s, %d bytes): %w", what, len(mine), err)
+	}
+	return rem, nil
+}
+
+// barrier is ctx_hand_shake: both sides send their key string again.
+func (s *perftestSession) barrier(what string, key []byte) error {
+	rem, err := s.xchg(what, key)
+	if err != nil {
+		return err
+	}
+	if _, _, err := parsePerftestKey(rem); err != nil {
+		return fmt.Errorf("perftest barrier (%s): %v", what, err)
+	}
+	return nil
+}
+
+// close is ctx_close_connection: a barrier, then "done\0" from each side.
+// The peer's "done" is read when it comes; both close without waiting
+// for more.
+func (s *perftestSession) close(key []byte) error {
+	if err := s.barrier("closing", key); err != nil {
+		return err
+	}
+	if _, err := s.conn.Write([]byte("done\x00")); err != nil {
+		return fmt.Errorf("perftest closing \"done\": %w", err)
+	}
+	s.conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+	var b [5]byte
+	io.ReadFull(s.conn, b[:]) // perftest does not read it either
+	return nil
+}
+
+// parsePerftestVersion reads a version message as atof() does.
+func parsePerftestVersion(b []byte) (float64, string) {
+	s, _, _ := strings.Cut(string(b), "\x00")
+	n := 0
+	for n < len(s) && (s[n] >= '0' && s[n] <= '9' || s[n] == '.') {
+		n++
+	}
+	for ; n > 0; n-- {
+		if v, err := strconv.ParseFloat(s[:n], 64); err == nil {
+			return v, s
+		}
+	}
+	return 0, s
+}
+
+// parsePerftestKey reads a key string up to its NUL.
+func parsePerftestKey(b []byte) (peer, int, error) {
+	s, _, _ := strings.Cut(string(b), "\x00")
+	return parsePerfKey([]byte(s))
+}
+
+// perftestInc is perftest's INC(size, cache_line): the step between two
+// operations' addresses within the cycle buffer.
+func perftestInc(size, cacheLine int) int {
+	if size > cacheLine {
+		return (size + cacheLine - 1) / cacheLine * cacheLine
+	}
+	return cacheLine
+}
+
+// perftestOffset is where the k-th operation of a bandwidth test goes in
+// the peer's buffer (increase_rem_addr): steps of INC over one cycle
+// buffer when the size is at most half of it, else always the start.
+func perftestOffset(k, size, cycle, cacheLine int) int {
+	if size > cycle/2 {
+		return 0
+	}
+	inc := perftestInc(size, cacheLine)
+	return k % (cycle / inc) * inc
+}
+
+// perftestGID prints a GID as perftest does ("%02d:" per byte).
+func perftestGID(a netip.Addr) string {
+	g := gidOf(a)
+	parts := make([]string, len(g))
+	for i, x := range g {
+		parts[i] = fmt.Sprintf("%02d", x)
+	}
+	return strings.Join(parts, ":")
+}
+
+// perftestDial connects to the server, or waits for one client.
+func perftestDial(ctx context.Context, host string, port int, out io.Writer) (net.Conn, error) {
+	if host != "" {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		if err != nil {
+			return nil, fmt.Errorf("cannot reach the server at %s port %d: %v", host, port, err)
+		}
+		return c, nil
+	}
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(port))
+	if err != nil {
+		return nil, fmt.Errorf("cannot listen on TCP port %d: %v", port, err)
+	}
+	fmt.Fprintln(out, "\n************************************")
+	fmt.Fprintln(out, "* Waiting for client to connect... *")
+	fmt.Fprintln(out, "************************************")
+	stop := context.AfterFunc(ctx, func() { l.Close() })
+	defer stop()
+	c, err := l.Accept()
+	l.Close()
+	if err != nil {
+		return nil, fmt.Errorf("no client came: %v", err)
+	}
+	return c, nil
+}
+
+// perftestRun is roce-emu bw/lat --perftest.
+func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, out io.Writer) error {
+	client := host != ""
+	ep, closeAll, err := f.openEndpoint()
+	if err != nil {
+		return err
+	}
+	var mapped []byte // ib_write_lat's buffer, outside Go's heap
+	defer func() {
+		closeAll()
+		if mapped != nil {
+			syscall.Munmap(mapped)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+	defer cancel()
+
+	conn, err := perftestDial(ctx, host, f.port, out)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	s := &perftestSession{conn: conn, client: client}
+	program := perftestProgram(kind, op)
+
+	// Versions, system data and MTU, before the QP exists.
+	ver := make([]byte, perftestVerLen)
+	copy(ver, perftestVersion)
+	rv, err := s.xchg("version", ver)
+	if err != nil {
+		return err
+	}
+	remVer, remVerText := parsePerftestVersion(rv)
+	if remVer < 5 {
+		return fmt.Errorf("the peer says it is perftest version %q: roce-emu speaks the protocol of perftest %s (5.x and later)", remVerText, perftestVersion)
+	}
+	s.remVer = remVer
+	cycle, cacheLine := perftestCycle, perftestCacheLine
+	if remVer >= 5.32 {
+		var mine [4]byte
+		binary.BigEndian.PutUint32(mine[:], uint32(cycle))
+		rem, err := s.xchg("cycle buffer", mine[:])
+		if err != nil {
+			return err
+		}
+		cycle = max(cycle, int(int32(binary.BigEndian.Uint32(rem))))
+		binary.BigEndian.PutUint32(mine[:], uint32(cacheLine))
+		if rem, err = s.xchg("cache line size", mine[:]); err != nil {
+			return err
+		}
+		cacheLine = max(cacheLine, int(int32(binary.BigEndian.Uint32(rem))))
+		if cycle > 1<<30 || cacheLine > cycle {
+			return fmt.Errorf("the peer asks for a cycle buffer of %d bytes and a cache line of %d", cycle, cacheLine)
+		}
+	}
+	curMTU := mtu
+	if remVer >= 5.1 {
+		n := 4
+		if remVer >= 5.31 {
+			n = 2
+		}
+		mine := make([]byte, n)
+		copy(mine, strconv.Itoa(int(mtu)))
+		rem, err := s.xchg("MTU", mine)
+		if err != nil {
+			return err
+		}
+		txt, _, _ := strings.Cut(string(rem), "\x00")
+		if v, err := strconv.Atoi(txt); err == nil && v >= int(qp.IBV_MTU_256) && v <= int(qp.IBV_MTU_4096) && qp.MTU(v) < curMTU {
+			curMTU = qp.MTU(v)
+		}
+	}
+
+	// Resources: one buffer with the local slots (sources of WRITEs and
+	// SENDs, landing places of READs), the receive slots, and the region
+	// advertised to the peer, max(size, cycle buffer) bytes, as perftest's
+	// second half.
+	size, iters := f.size, f.iters
+	depth := min(f.txDepth, iters)
+	if kind == "lat" {
+		depth = 1
+	}
+	advLen := max(size, cycle)
+	txSlots := min(depth, max(1, (256<<20)/size))
+	rxDepth := 0 // receives: both sides of ib_send_lat, ib_send_bw's server
+	if op == qp.IBV_WR_SEND && (kind == "lat" || !client) {
+		rxDepth = min(perftestRxDepth, iters)
+	}
+	rxSlots := min(rxDepth, max(1, (256<<20)/size))
+	txOff, rxOff := 0, txSlots*size
+	advOff := (rxOff + rxSlots*size + 4095) &^ 4095
+	total := advOff + advLen
+	var buf []byte
+	if kind == "lat" && op == qp.IBV_WR_RDMA_WRITE {
+		// ib_write_lat spins on the last byte of the region the peer
+		// writes, a volatile read of memory its NIC writes at any moment.
+		// So does pollByte, with Endpoint.Sync between reads so that what
+		// the Endpoint wrote before is seen; the Endpoint may be copying
+		// the next packet in while it reads, a race by design, so the
+		// buffer is mapped outside Go's heap, where the race detector does
+		// not look. perftest zeroes this buffer; so does mmap.
+		mapped, err = syscall.Mmap(-1, 0, total, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+		if err != nil {
+			return fmt.Errorf("cannot map %d bytes: %v", total, err)
+		}
+		buf = mapped
+	} else {
+		// perftest fills its buffer with rand().
+		buf = make([]byte, total)
+		rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+		for i := 0; i+8 <= len(buf); i += 8 {
+			binary.LittleEndian.PutUint64(buf[i:], rng.Uint64())
+		}
+	}
+	pd := ep.NewPD()
+	access := qp.IBV_ACCESS_LOCAL_WRITE | qp.IBV_ACCESS_REMOTE_WRITE | qp.IBV_ACCESS_REMOTE_READ
+	mr, err := pd.RegMR(buf, access)
+	if err != nil {
+		return err
+	}
+	cq := ep.NewCQ(2*max(depth, rxDepth) + 64)
+	q, err := ep.NewQP(pd, cq, cq, qp.InitAttr{MaxSendWR: depth + 8, MaxRecvWR: max(rxDepth, 1)})
+	if err != nil {
+		return err
+	}
+	if err := q.Modify(&qp.Attr{State: qp.IBV_QPS_INIT, AccessFlags: access}, qp.IBV_QP_STATE|qp.IBV_QP_ACCESS_FLAGS); err != nil {
+		return err
+	}
+	r := &perftestTraffic{ep: ep, q: q, cq: cq, mr: mr, buf: buf, op: op, size: size, iters: iters, depth: depth,
+		txOff: txOff, rxOff: rxOff, advOff: advOff, txSlots: txSlots, rxSlots: max(rxSlots, 1),
+		cycle: cycle, cacheLine: cacheLine, ctx: ctx, wc: make([]qp.WC, 64)}
+	// Receives go first: a SEND must not find the queue empty.
+	for ; r.rxPosted < rxDepth; r.rxPosted++ {
+		if err := q.PostRecv(r.recvWR(r.rxPosted)); err != nil {
+			return err
+		}
+	}
+
+	// perftest advertises its device's maximum for READ tests (128 on rxe)
+	// and 1 otherwise; roce-emu's responder keeps 16 READs.
+	outReads := 1
+	if op == qp.IBV_WR_RDMA_READ {
+		outReads = 16
+	}
+	local := peer{QPN: q.QPN(), PSN: randomPSN(), GID: ep.LocalAddr().Addr(), RKey: mr.RKey, VA: mr.VA + uint64(advOff)}
+	key := formatPerfKey(local, outReads)
+	rk, err := s.xchg("key", key)
+	if err != nil {
+		return err
+	}
+	remote, remReads, err := parsePerftestKey(rk)
+	if err != nil {
+		return err
+	}
+	if remote.GID.Is4() != local.GID.Unmap().Is4() {
+		return fmt.Errorf("the peer's GID %s and ours %s are not of one IP version (perftest: \"Found Incompatibility issue with GID types\")", remote.GID, local.GID)
+	}
+	r.remote = remote
+	if err := perftestConnect(q, remote, local.PSN, curMTU, uint16(f.udpPort), outReads, remReads, access); err != nil {
+		return err
+	}
+	if err := s.barrier("after connecting", key); err != nil {
+		return err
+	}
+	if err := s.barrier("addresses printed", key); err != nil {
+		return err
+	}
+
+	title := map[qp.WROpcode]string{qp.IBV_WR_SEND: "Send", qp.IBV_WR_RDMA_WRITE: "RDMA_Write", qp.IBV_WR_RDMA_READ: "RDMA_Read"}[op]
+	test := "BW"
+	if kind == "lat" {
+		test = "Latency"
+	}
+	role := "server"
+	if client {
+		role = "client"
+	}
+	fmt.Fprintln(out, perfRule)
+	fmt.Fprintf(out, "                    %s %s Test (roce-emu, perftest %s protocol, %s of %s)\n", title, test, perftestVersion, role, program)
+	fmt.Fprintf(out, " Connection type : RC\t\tPeer version   : %s\n", remVerText)
+	fmt.Fprintf(out, " Mtu             : %d[B]\t\tCycle buffer   : %d[B] (cache line %d)\n", curMTU.Bytes(), cycle, cacheLine)
+	if kind == "bw" {
+		fmt.Fprintf(out, " TX depth        : %d\t\tRX depth       : %d\n", depth, rxDepth)
+	}
+	fmt.Fprintln(out, perfRule)
+	for _, a := range []struct {
+		side  string
+		p     peer
+		reads int
+	}{{"local", local, outReads}, {"remote", remote, remReads}} {
+		// perftest's formats, "%#06x" and so on, count the 0x in the width.
+		fmt.Fprintf(out, " %s address: LID %04x QPN 0x%04x PSN 0x%04x", a.side, a.p.LID, a.p.QPN, uint32(a.p.PSN))
+		if op == qp.IBV_WR_RDMA_READ {
+			fmt.Fprintf(out, " OUT 0x%02x", a.reads)
+		}
+		if op != qp.IBV_WR_SEND {
+			fmt.Fprintf(out, " RKey 0x%06x VAddr 0x%014x", a.p.RKey, a.p.VA)
+		}
+		fmt.Fprintf(out, "\n GID: %s\n", perftestGID(a.p.GID))
+	}
+	fmt.Fprintln(out, perfRule)
+
+	// send_bw and every latency test: one more barrier once the receives
+	// are posted, then traffic.
+	if op == qp.IBV_WR_SEND || kind == "lat" {
+		if err := s.barrier("before traffic", key); err != nil {
+			return err
+		}
+	}
+	fail := func(err error) error {
+		return fmt.Errorf("%v (QP %s; %s)", err, q.State(), describeCounters(q.Counters()))
+	}
+	switch {
+	case kind == "bw" && op != qp.IBV_WR_SEND:
+		var res bwResult
+		if client {
+			if res, err = r.bwClient(f.gbits); err != nil {
+				return fail(err)
+			}
+			printBW(out, size, iters, f.gbits, res)
+		} else {
+			fmt.Fprintf(out, " (the server of %s only serves its memory; the client reports)\n", program)
+		}
+		// The client says it is done; then the results go across.
+		if err := s.barrier("traffic done", key); err != nil {
+			return err
+		}
+		rem, err := s.xchgResults(size, iters, res)
+		if err != nil {
+			return err
+		}
+		if !client {
+			fmt.Fprintln(out, " the client's results:")
+			printBW(out, int(rem.size), int(rem.iters), f.gbits, rem.bwResult)
+		}
+	case kind == "bw":
+		var res bwResult
+		if client {
+			res, err = r.bwClient(f.gbits)
+		} else {
+			res, err = r.sendBWServer(f.gbits)
+		}
+		if err != nil {
+			return fail(err)
+		}
+		printBW(out, size, iters, f.gbits, res)
+	case op == qp.IBV_WR_RDMA_READ:
+		if client {
+			samples, err := r.readLat()
+			if err != nil {
+				return fail(err)
+			}
+			printLat(out, size, iters, samples)
+		} else {
+			fmt.Fprintf(out, " (the server of %s only serves its memory; the client reports)\n", program)
+		}
+	case op == qp.IBV_WR_SEND:
+		samples, err := r.sendLat(client)
+		if err != nil {
+			return fail(err)
+		}
+		printLat(out, size, iters, samples)
+	default:
+		samples, err := r.writeLat(!client)
+		if err != nil {
+			return fail(err)
+		}
+		printLat(out, size, iters, samples)
+	}
+	if r.checked > 0 {
+		fmt.Fprintf(out, " data check: %d READs of %d bytes from %d offsets of the peer's buffer agree byte for byte (each landing buffer poisoned first)\n",
+			r.checked, size, len(r.ref))
+	}
+	// ib_write_lat closes the socket without a last barrier or "done".
+	if !(kind == "lat" && op == qp.IBV_WR_RDMA_WRITE) {
+		if err := s.close(key); err != nil {
+			return err
+		}
+	}
+	c := q.Counters()
+	fmt.Fprintf(out, " counters: %s\n", describeCounters(c))
+	fmt.Fprintf(out, " requests served: %d RDMA WRITE, %d RDMA READ, %d SEND\n", c.RxWriteRequests, c.RxReadRequests, c.RxSendRequests)
+	return nil
+}
+
+// perftestConnect moves q to RTR and RTS as perftest's ctx_connect does.
+func perftestConnect(q *transport.QP, rem peer, psn bth.PSN, mtu qp.MTU, udpPort uint16, outReads, remReads int, access qp.Access) error {
+	av := qp.AddressVector{Remote: netip.AddrPortFrom(rem.GID, udpPort), HopLimit: 0xFF}
+	if err := q.Modify(&qp.Attr{State: qp.IBV_QPS_RTR, PathMTU: mtu, DestQPN: rem.QPN, RQPSN: rem.PSN,
+		MaxDestRdAtomic: uint8(outReads), MinRNRTimer: 12, AV: av, AccessFlags: access},
+		qp.IBV_QP_STATE|qp.IBV_QP_AV|qp.IBV_QP_PATH_MTU|qp.IBV_QP_DEST_QPN|qp.IBV_QP_RQ_PSN|
+			qp.IBV_QP_MAX_DEST_RD_ATOMIC|qp.IBV_QP_MIN_RNR_TIMER|qp.IBV_QP_ACCESS_FLAGS); err != nil {
+		return fmt.Errorf("cannot move the QP to RTR towards %s QPN %#x: %w", rem.GID, rem.QPN, err)
+	}
+	if err := q.Modify(&qp.Attr{State: qp.IBV_QPS_RTS, SQPSN: psn, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
+		MaxRdAtomic: uint8(min(max(remReads, 1), qp.MaxRdAtomicLimit))},
+		qp.IBV_QP_STATE|qp.IBV_QP_SQ_PSN|qp.IBV_QP_TIMEOUT|qp.IBV_QP_RETRY_CNT|qp.IBV_QP_RNR_RETRY|qp.IBV_QP_MAX_QP_RD_ATOMIC); err != nil {
+		return fmt.Errorf("cannot move the QP to RTS: %w", err)
+	}
+	return nil
+}
+
+// perftestReport is one side's bandwidth report (bw_report_data).
+type perftestReport struct {
+	size, iters uint64
+	bwResult
+}
+
+// xchgResults is xchg_bw_reports: size, iterations, peak, average, Mpps.
+func (s *perftestSession) xchgResults(size, iters int, res bwResult) (perftestReport, error) {
+	var rep perftestReport
+	u64 := func(what string, v uint64, n int) (uint64, error) {
+		b := make([]byte, 8)
+		binary.BigEndian.PutUint64(b, v)
+		if n == 4 {
+			binary.BigEndian.PutUint32(b, uint32(v))
+		}
+		rem, err := s.xchg(what, b[:n])
+		if err != nil {
+			return 0, err
+		}
+		if n == 4 {
+			return uint64(binary.BigEndian.Uint32(rem)), nil
+		}
+		return binary.BigEndian.Uint64(rem), nil
+	}
+	var err error
+	if rep.size, err = u64("results: size", uint64(size), 8); err != nil {
+		return rep, err
+	}
+	n := 8
+	if s.remVer < 5.33 {
+		n = 4
+	}
+	if rep.iters, err = u64("results: iterations", uint64(iters), n); err != nil {
+		return rep, err
+	}
+	for _, v := range []struct {
+		what string
+		mine float64
+		rem  *float64
+	}{{"results: peak", res.peak, &rep.peak}, {"results: average", res.avg, &rep.avg}, {"results: Mpps", res.mpps, &rep.mpps}} {
+		b, err := u64(v.what, math.Float64bits(v.mine), 8)
+		if err != nil {
+			return rep, err
+		}
+		*v.rem = math.Float64frombits(b)
+	}
+	return rep, nil
+}
+
+// perftestTraffic is the traffic of one perftest-compatible test.
+type perftestTraffic struct {
+	ep                   *transport.Endpoint
+	q                    *transport.QP
+	cq                   *transport.CQ
+	mr                   *qp.MR
+	buf                  []byte
+	op                   qp.WROpcode
+	size, iters, depth   int
+	txOff, rxOff, advOff int
+	txSlots, rxSlots     int
+	cycle, cacheLine     int
+	remote               peer
+	ctx                  context.Context
+	wc                   []qp.WC
+	rxPosted             int
+	sends, recvs         int // completions seen
+	// READ data check: the first READ from each remote offset, and how many
+	// READs were compared.
+	ref     map[int][]byte
+	checked int
+}
+
+func (r *perftestTraffic) recvWR(i int) qp.RecvWR {
+	return qp.RecvWR{WRID: uint64(i), SGEs: []qp.SGE{r.mr.SGE(r.rxOff+(i%r.rxSlots)*r.size, r.size)}}
+}
+
+// bwWR is the k-th operation of a bandwidth client: local slot k mod the
+// slots, remote offset perftest's.
+func (r *perftestTraffic) bwWR(k int) qp.SendWR {
+	off := perftestOffset(k, r.size, r.cycle, r.cacheLine)
+	id := uint64(k)
+	slot := r.txOff + k%r.txSlots*r.size
+	wr := qp.SendWR{WRID: id, Opcode: r.op, Flags: qp.IBV_SEND_SIGNALED, SGEs: []qp.SGE{r.mr.SGE(slot, r.size)}}
+	if r.op != qp.IBV_WR_SEND {
+		wr.RemoteAddr, wr.RKey = r.remote.VA+uint64(off), r.remote.RKey
+	}
+	if r.op == qp.IBV_WR_RDMA_READ {
+		// Poison the landing buffer: a READ that completes without all its
+		// data shows.
+		land := r.buf[slot : slot+r.size]
+		for i := range land {
+			land[i] = perftestPoison
+		}
+	}
+	return wr
+}
+
+// poll waits for completions and checks their status.
+func (r *perftestTraffic) poll() ([]qp.WC, error) {
+	n, err := r.cq.Wait(r.ctx, r.wc)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range r.wc[:n] {
+		if c.Status != qp.IBV_WC_SUCCESS {
+			return nil, fmt.Errorf("work completion %s (%s, wr_id %d)", c.Status, c.Opcode, c.WRID)
+		}
+	}
+	return r.wc[:n], nil
+}
+
+// checkRead compares the data of a completed READ with the first READ
+// from the same offset of the peer's buffer, which perftest never changes.
+func (r *perftestTraffic) checkRead(wrid uint64) error {
+	k := int(wrid)
+	off := perftestOffset(k, r.size, r.cycle, r.cacheLine)
+	slot := r.txOff + k%r.txSlots*r.size
+	got := r.buf[slot : slot+r.size]
+	if r.ref == nil {
+		r.ref = map[int][]byte{}
+	}
+	r.checked++
+	want, ok := r.ref[off]
+	if !ok {
+		r.ref[off] = bytes.Clone(got)
+		return nil
+	}
+	if i := mismatch(got, want); i >= 0 {
+		return fmt.Errorf("data check: READ %d from offset %d differs from an earlier READ of the same bytes at byte %d (%#02x, not %#02x; the poison is %#02x)",
+			k, off, i, got[i], want[i], perftestPoison)
+	}
+	return nil
+}
+
+func mismatch(a, b []byte) int {
+	for i := range a {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return -1
+}
+
+// bwClient runs a bandwidth client: tx depth operations in flight, timed
+// from the first post to the last completion. (perftest 6.06 does no
+// warm-up by default: rxe serves exactly -n WRITEs or READs.)
+func (r *perftestTraffic) bwClient(gbits bool) (bwResult, error) {
+	depth := r.depth
+	if r.op == qp.IBV_WR_RDMA_READ {
+		depth = min(depth, r.txSlots) // one landing buffer per READ in flight
+	}
+	stamps := make([]time.Time, 0, r.iters)
+	start := time.Now()
+	posted, done := 0, 0
+	for done < r.iters {
+		for posted < r.iters && posted-done < depth {
+			if err := r.q.PostSend(r.bwWR(posted)); err != nil {
+				return bwResult{}, err
+			}
+			posted++
+		}
+		cs, err := r.poll()
+		if err != nil {
+			return bwResult{}, fmt.Errorf("after %d of %d completions: %v", done, r.iters, err)
+		}
+		now := time.Now()
+		for _, c := range cs {
+			stamps = append(stamps, now)
+			if r.op == qp.IBV_WR_RDMA_READ {
+				if err := r.checkRead(c.WRID); err != nil {
+					return bwResult{}, err
+				}
+			}
+		}
+		done += len(cs)
+	}
+	return bwStats(r.size, start, stamps, gbits), nil
+}
+
+// sendBWServer counts the client's SENDs, reposting receives, and times
+// them from the first (run_iter_bw_server).
+func (r *perftestTraffic) sendBWServer(gbits bool) (bwResult, error) {
+	stamps := make([]time.Time, 0, r.iters)
+	var start time.Time
+	for len(stamps) < r.iters {
+		cs, err := r.poll()
+		if err != nil {
+			return bwResult{}, fmt.Errorf("after %d of %d receives: %v", len(stamps), r.iters, err)
+		}
+		now := time.Now()
+		for _, c := range cs {
+			if c.Opcode != qp.IBV_WC_RECV {
+				continue
+			}
+			if len(stamps) == 0 {
+				start = now
+			}
+			stamps = append(stamps, now)
+			if err := r.repost(); err != nil {
+				return bwResult{}, err
+			}
+		}
+	}
+	return bwStats(r.size, start, stamps, gbits), nil
+}
+
+func (r *perftestTraffic) repost() error {
+	if r.rxPosted >= r.iters {
+		return nil
+	}
+	if err := r.q.PostRecv(r.recvWR(r.rxPosted)); err != nil {
+		return err
+	}
+	r.rxPosted++
+	return nil
+}
+
+// count waits until at least sends SEND completions and recvs receive
+// completions have come, reposting receives.
+func (r *perftestTraffic) count(sends, recvs int) error {
+	for r.sends < sends || r.recvs < recvs {
+		cs, err := r.poll()
+		if err != nil {
+			return err
+		}
+		for _, c := range cs {
+			switch c.Opcode {
+			case qp.IBV_WC_RECV:
+				r.recvs++
+				if err := r.repost(); err != nil {
+					return err
+				}
+			default:
+				r.sends++
+			}
+		}
+	}
+	return nil
+}
+
+// sendLat is ib_send_lat: the client sends first; each side sends when
+// it has received (run_iter_lat_send). The samples are half the time
+// between two of this side's sends, as perftest reports.
+func (r *perftestTraffic) sendLat(client bool) ([]time.Duration, error) {
+	wr := qp.SendWR{Opcode: qp.IBV_WR_SEND, Flags: qp.IBV_SEND_SIGNALED, SGEs: []qp.SGE{r.mr.SGE(r.txOff, r.size)}}
+	posts := make([]time.Time, 0, r.iters+1)
+	for i := range r.iters {
+		if !client || i > 0 {
+			if err := r.count(i, i+1-b2i(client)); err != nil {
+				return nil, fmt.Errorf("iteration %d: %v", i, err)
+			}
+		}
+		posts = append(posts, time.Now())
+		wr.WRID = uint64(i)
+		if err := r.q.PostSend(wr); err != nil {
+			return nil, err
+		}
+	}
+	if err := r.count(r.iters, r.iters); err != nil {
+		return nil, fmt.Errorf("last iteration: %v", err)
+	}
+	return halfRTTs(append(posts, time.Now())), nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// halfRTTs turns the times of consecutive sends into latency samples.
+func halfRTTs(posts []time.Time) []time.Duration {
+	s := make([]time.Duration, 0, len(posts)-1)
+	for i := 1; i < len(posts); i++ {
+		s = append(s, posts[i].Sub(posts[i-1])/2)
+	}
+	return s
+}
+
+// writeLat is ib_write_lat (run_iter_lat_write): each side RDMA WRITEs
+// size bytes to the start of the peer's region, the last byte holding its
+// count of writes, and polls the last byte of its own region for the
+// peer's count. The server writes first.
+func (r *perftestTraffic) writeLat(first bool) ([]time.Duration, error) {
+	post := r.txOff + r.size - 1
+	pollAt := r.advOff + r.size - 1
+	wr := qp.SendWR{Opcode: qp.IBV_WR_RDMA_WRITE, Flags: qp.IBV_SEND_SIGNALED, SGEs: []qp.SGE{r.mr.SGE(r.txOff, r.size)},
+		RemoteAddr: r.remote.VA, RKey: r.remote.RKey}
+	posts := make([]time.Time, 0, r.iters+1)
+	rcnt := 0
+	for scnt := 0; scnt < r.iters; scnt++ {
+		if !(scnt == 0 && first) {
+			rcnt++
+			if err := r.pollByte(pollAt, byte(rcnt)); err != nil {
+				return nil, fmt.Errorf("waiting for the peer's write %d: %v", rcnt, err)
+			}
+		}
+		posts = append(posts, time.Now())
+		r.buf[post] = byte(scnt + 1)
+		wr.WRID = uint64(scnt)
+		if err := r.q.PostSend(wr); err != nil {
+			return nil, err
+		}
+		if err := r.count(scnt+1, 0); err != nil {
+			return nil, fmt.Errorf("write %d: %v", scnt+1, err)
+		}
+	}
+	for rcnt < r.iters {
+		rcnt++
+		if err := r.pollByte(pollAt, byte(rcnt)); err != nil {
+			return nil, fmt.Errorf("waiting for the peer's write %d: %v", rcnt, err)
+		}
+	}
+	return halfRTTs(append(posts, time.Now())), nil
+}
+
+// pollByte waits until buf[at] holds want, as perftest spins on a
+// volatile byte, with Endpoint.Sync between reads.
+func (r *perftestTraffic) pollByte(at int, want byte) error {
+	for spin := 0; ; spin++ {
+		r.ep.Sync()
+		if r.buf[at] == want {
+			return nil
+		}
+		if err := r.ctx.Err(); err != nil {
+			return err
+		}
+		if spin%256 == 255 {
+			if st := r.q.State(); st == qp.IBV_QPS_ERR {
+				if n := r.cq.Poll(r.wc); n > 0 && r.wc[0].Status != qp.IBV_WC_SUCCESS {
+					return fmt.Errorf("work completion %s", r.wc[0].Status)
+				}
+				return errors.New("the QP went to the error state")
+			}
+		}
+		if spin < 1000 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+}
+
+// readLat is ib_read_lat's client (run_iter_lat): one READ of size bytes
+// from the start of the peer's region at a time; each sample is a whole
+// READ. Each READ lands on the poisoned first slot and must bring the
+// bytes the first one brought.
+func (r *perftestTraffic) readLat() ([]time.Duration, error) {
+	samples := make([]time.Duration, 0, r.iters)
+	wr := qp.SendWR{Opcode: qp.IBV_WR_RDMA_READ, Flags: qp.IBV_SEND_SIGNALED, SGEs: []qp.SGE{r.mr.SGE(r.txOff, r.size)},
+		RemoteAddr: r.remote.VA, RKey: r.remote.RKey}
+	land := r.buf[r.txOff : r.txOff+r.size]
+	for i := range r.iters {
+		for j := range land {
+			land[j] = perftestPoison
+		}
+		t0 := time.Now()
+		wr.WRID = uint64(i)
+		if err := r.q.PostSend(wr); err != nil {
+			return nil, err
+		}
+		if err := r.count(i+1, 0); err != nil {
+			return nil, fmt.Errorf("read %d: %v", i, err)
+		}
+		samples = append(samples, time.Since(t0))
+		if err := r.checkRead(0); err != nil {
+			return nil, err
+		}
+	}
+	return samples, nil
+}
