@@ -1,5 +1,227 @@
 package main
 
-// perftestScenarios runs perftest in the guest against roce-emu's
-// perftest-compatible mode. (Filled in with the perftest-compatible mode.)
-func (h *harness) perftestScenarios() []scenario { return nil }
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// perftestCase is one perftest program run against roce-emu --perftest.
+type perftestCase struct {
+	kind, op    string // "bw" or "lat"; "send", "write" or "read"
+	size, iters int
+}
+
+func (c perftestCase) program() string { return "ib_" + c.op + "_" + c.kind }
+
+// perftestScenarios runs perftest in the guest (Debian 12's perftest,
+// "6.06" on the wire) against roce-emu bw/lat --perftest, each program
+// with rxe as client and with roce-emu as client, then MTU negotiation and
+// a lost READ response.
+func (h *harness) perftestScenarios() []scenario {
+	cases := []perftestCase{
+		{"bw", "write", 65536, 200}, {"bw", "send", 65536, 200}, {"bw", "read", 65536, 200},
+		{"lat", "send", 64, 200}, {"lat", "write", 64, 200}, {"lat", "read", 64, 200},
+	}
+	var ss []scenario
+	for _, c := range cases {
+		what := fmt.Sprintf("%d %s of %d bytes", c.iters, map[string]string{"send": "SENDs", "write": "RDMA WRITEs", "read": "RDMA READs"}[c.op], c.size)
+		if c.kind == "lat" {
+			what = fmt.Sprintf("%d %s ping-pongs of %d bytes", c.iters, c.op, c.size)
+			if c.op == "read" {
+				what = fmt.Sprintf("%d RDMA READs of %d bytes one at a time", c.iters, c.size)
+			}
+		}
+		ss = append(ss,
+			scenario{"perftest-" + c.program() + "-rxe-client",
+				fmt.Sprintf("rxe's %s client runs perftest's whole TCP exchange and %s against roce-emu %s --perftest as server", c.program(), what, c.kind),
+				func(h *harness) (string, error) { return h.perftest(c, false, 1024, 1024, nil) }},
+			scenario{"perftest-" + c.program() + "-roce-emu-client",
+				fmt.Sprintf("roce-emu %s --perftest as client runs perftest's whole TCP exchange and %s against rxe's %s server", c.kind, what, c.program()),
+				func(h *harness) (string, error) { return h.perftest(c, true, 1024, 1024, nil) }})
+	}
+	ss = append(ss,
+		scenario{"perftest-ib_write_bw-mtu-negotiation",
+			"rxe offers MTU 4096 in perftest's MTU exchange, roce-emu 1024: both use the smaller, and every WRITE packet carries at most 1024 bytes",
+			func(h *harness) (string, error) {
+				return h.perftest(perftestCase{"bw", "write", 65536, 100}, false, 4096, 1024, nil)
+			}},
+		scenario{"perftest-fault-drop-read-response-from-rxe",
+			"roce-emu reading from rxe's ib_read_bw server loses the 3rd RDMA READ response MIDDLE: it requests the rest again, rxe answers the duplicate READ, and every READ brings the same bytes",
+			func(h *harness) (string, error) {
+				return h.perftest(perftestCase{"bw", "read", 65536, 200}, true, 1024, 1024,
+					&faultCheck{spec: "drop:dir=in,opcode=RDMA_READ_RESPONSE_MIDDLE,nth=3",
+						ours: map[string]int{"retransmitted": 1}, rxe: []string{"duplicate_request"}})
+			}},
+	)
+	return ss
+}
+
+// lockedBuffer collects a process's output and may be read while it runs.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// resultLine finds perftest's result line for size and iterations (the
+// line under "#bytes").
+func resultLine(out string, size, iters int) string {
+	re := regexp.MustCompile(`(?m)^ *` + strconv.Itoa(size) + ` +` + strconv.Itoa(iters) + ` +[0-9].*$`)
+	return strings.Join(strings.Fields(re.FindString(out)), " ")
+}
+
+// perftest runs c's perftest program in the guest against roce-emu
+// --perftest on the host, roce-emu as client (ourClient) or server. The
+// guest's interface MTU makes rxe offer guestMTU; roce-emu offers ourMTU.
+func (h *harness) perftest(c perftestCase, ourClient bool, guestMTU, ourMTU int, fault *faultCheck) (string, error) {
+	if err := h.setMTU(guestMTU); err != nil {
+		return "", err
+	}
+	h.lastFault = fault
+	wantMTU := min(guestMTU, ourMTU)
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)
+	defer cancel()
+	s, n := strconv.Itoa(c.size), strconv.Itoa(c.iters)
+	args := []string{c.kind, "--perftest", "-o", c.op, "--bind", hostIP, "-s", s, "-n", n, "-m", strconv.Itoa(ourMTU), "--timeout", "45s"}
+	if fault != nil {
+		args = append(args, "--fault", fault.spec)
+	}
+	guestCmd := fmt.Sprintf("timeout 50 %s -d rxe0 -x 1 -s %s -n %s", c.program(), s, n)
+	type res struct {
+		out string
+		rc  int
+		err error
+	}
+	guestDone := make(chan res, 1)
+	ours := &lockedBuffer{}
+	var oursErr error
+	if ourClient {
+		go func() {
+			out, rc, err := h.guest(guestCmd, 55*time.Second)
+			guestDone <- res{out, rc, err}
+		}()
+		// The guest's server needs a moment to listen (TCG is slow).
+		for try := 0; try < 40; try++ {
+			time.Sleep(500 * time.Millisecond)
+			ours = &lockedBuffer{}
+			cmd := exec.CommandContext(ctx, h.roceEmu, append(args, guestIP)...)
+			cmd.Stdout, cmd.Stderr = ours, ours
+			oursErr = cmd.Run()
+			if oursErr == nil || !strings.Contains(ours.String(), "cannot reach") {
+				break
+			}
+		}
+	} else {
+		cmd := exec.CommandContext(ctx, h.roceEmu, args...)
+		cmd.Stdout, cmd.Stderr = ours, ours
+		if err := cmd.Start(); err != nil {
+			return "", err
+		}
+		for i := 0; i < 100 && !strings.Contains(ours.String(), "Waiting for client"); i++ {
+			time.Sleep(50 * time.Millisecond)
+		}
+		out, rc, err := h.guest(guestCmd+" "+hostIP, 55*time.Second)
+		guestDone <- res{out, rc, err}
+		oursErr = cmd.Wait()
+	}
+	g := <-guestDone
+	side := map[bool]string{true: "roce-emu-client", false: "rxe-client"}[ourClient]
+	logName := fmt.Sprintf("perftest-%s-%s-mtu%d-%s", c.program(), side, guestMTU, map[bool]string{true: "fault", false: "clean"}[fault != nil])
+	h.writeLog(logName+"-roce-emu", ours.String())
+	h.writeLog(logName+"-guest", g.out)
+	o := ours.String()
+	switch {
+	case g.err != nil:
+		return "", fmt.Errorf("guest: %v", g.err)
+	case g.rc != 0:
+		return "", fmt.Errorf("%s exited %d: %s", c.program(), g.rc, lastLines(g.out, 3))
+	case oursErr != nil:
+		return "", fmt.Errorf("roce-emu: %v: %s", oursErr, lastLines(o, 3))
+	}
+
+	// Who reports what: every client; perftest's bandwidth servers print
+	// the client's results (write, read) or their own (send); the latency
+	// servers their own, except ib_read_lat's, which prints none.
+	theirs, mine := resultLine(g.out, c.size, c.iters), resultLine(o, c.size, c.iters)
+	rxeReports := !ourClient || c.kind == "bw" || c.op != "read"
+	emuReports := ourClient || c.kind == "bw" || c.op != "read"
+	if rxeReports && theirs == "" {
+		return "", fmt.Errorf("%s printed no result line for %d x %d bytes: %s", c.program(), c.iters, c.size, lastLines(g.out, 3))
+	}
+	if emuReports && mine == "" {
+		return "", fmt.Errorf("roce-emu printed no result line for %d x %d bytes: %s", c.iters, c.size, lastLines(o, 3))
+	}
+	// For write and read the client's results cross over TCP: the server
+	// prints the very numbers the client printed.
+	if c.kind == "bw" && c.op != "send" && theirs != mine {
+		return "", fmt.Errorf("the results did not cross intact: %s printed %q, roce-emu %q", c.program(), theirs, mine)
+	}
+	for _, out := range []string{g.out, o} {
+		if !strings.Contains(out, fmt.Sprintf("Mtu             : %d[B]", wantMTU)) {
+			return "", fmt.Errorf("a side does not report the negotiated MTU %d: %s", wantMTU, lastLines(out, 2))
+		}
+	}
+	// What roce-emu's QP served as responder.
+	served := regexp.MustCompile(`requests served: (\d+) RDMA WRITE, (\d+) RDMA READ, (\d+) SEND`).FindStringSubmatch(o)
+	if served == nil {
+		return "", fmt.Errorf("roce-emu printed no \"requests served\" line: %s", lastLines(o, 3))
+	}
+	idx := map[string]int{"write": 1, "read": 2, "send": 3}[c.op]
+	got, _ := strconv.Atoi(served[idx])
+	switch {
+	case !ourClient && got != c.iters:
+		return "", fmt.Errorf("roce-emu served %d %s requests from %s, not %d", got, c.op, c.program(), c.iters)
+	case ourClient && c.op == "send" && c.kind == "lat" && got != c.iters:
+		return "", fmt.Errorf("roce-emu received %d of %s's %d SENDs", got, c.program(), c.iters)
+	case ourClient && c.op == "write" && c.kind == "lat" && got != c.iters:
+		return "", fmt.Errorf("roce-emu received %d of %s's %d RDMA WRITEs", got, c.program(), c.iters)
+	}
+	if ourClient && c.op == "read" && !strings.Contains(o, "data check:") {
+		return "", fmt.Errorf("roce-emu did not check the data it read: %s", lastLines(o, 3))
+	}
+	counters := counterLine(o)
+	// Data towards roce-emu came in packets of the negotiated MTU.
+	if c.kind == "bw" && (ourClient == (c.op == "read")) {
+		want := c.iters * ((c.size + wantMTU - 1) / wantMTU)
+		if rcvd := parseCounters(counters)["received"]; rcvd < want {
+			return "", fmt.Errorf("roce-emu received %d packets, fewer than the %d that %d x %d bytes make at MTU %d", rcvd, want, c.iters, c.size, wantMTU)
+		}
+	}
+	if fault != nil {
+		got := parseCounters(counters)
+		for k, min := range fault.ours {
+			if got[k] < min {
+				return "", fmt.Errorf("roce-emu counter %q is %d, want at least %d (%s)", k, got[k], min, counters)
+			}
+		}
+	}
+	detail := fmt.Sprintf("MTU %d; %s: %q; roce-emu: %q", wantMTU, c.program(), theirs, mine)
+	if !rxeReports {
+		detail = fmt.Sprintf("MTU %d; roce-emu: %q", wantMTU, mine)
+	}
+	if !emuReports {
+		detail = fmt.Sprintf("MTU %d; %s: %q", wantMTU, c.program(), theirs)
+	}
+	if i := strings.Index(o, "data check:"); i >= 0 {
+		detail += "; " + strings.TrimSpace(strings.SplitN(o[i:], "\n", 2)[0])
+	}
+	detail += "; roce-emu " + strings.TrimSpace(served[0]) + "; " + counters
+	return detail, nil
+}
