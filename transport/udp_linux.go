@@ -29,6 +29,8 @@ type UDPOptions struct {
 	// SocketBuffer is SO_RCVBUF and SO_SNDBUF in bytes (default 4 MiB;
 	// the kernel caps it at net.core.rmem_max / wmem_max).
 	SocketBuffer int
+	// EphemeralPort makes port 0 mean "any free port" instead of 4791.
+	EphemeralPort bool
 }
 
 // batchConn is what ipv4.PacketConn and ipv6.PacketConn share.
@@ -65,7 +67,7 @@ type sender struct {
 // ListenUDP opens a Conn on addr (port 0 means 4791). The address must be
 // one of this host's (a loopback address such as 127.0.0.2 works on Linux).
 func ListenUDP(addr netip.AddrPort, opts UDPOptions) (Conn, error) {
-	if addr.Port() == 0 {
+	if addr.Port() == 0 && !opts.EphemeralPort {
 		addr = netip.AddrPortFrom(addr.Addr(), bth.UDPPort)
 	}
 	if opts.BatchSize <= 0 {

@@ -1,0 +1,296 @@
+package transport
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/roce-emu/roce-emu/bth"
+	"github.com/roce-emu/roce-emu/cc"
+)
+
+// SwitchConfig describes a userspace switch between RoCEv2 peers on real
+// sockets, for hosts whose kernel has no red or netem qdisc.
+//
+// The switch has one UDP port per sender (Ports, 0 for any free port) on Addr and one egress
+// towards Egress (the receiver). A sender uses Addr:Ports[i] as its peer's
+// address, and the receiver's QP for that sender uses the same
+// Addr:Ports[i]. Datagrams a sender sends to its port go through the egress
+// queue (line rate, WRED-ECN, tail drop or PFC hold) to the receiver, sent
+// from that port; what the receiver sends to a port goes straight back to
+// the sender last seen on it.
+//
+// Senders and the receiver must have different addresses (the switch tells
+// directions apart by source address). A UDP socket cannot keep the
+// senders' addresses, so datagrams leave with
+// the switch's address and port; the switch rewrites each one's ICRC to
+// match (Linux gives its DF datagrams IP ID 0, so the receiver can check
+// it).
+type SwitchConfig struct {
+	Addr    netip.Addr
+	Ports   []uint16
+	Senders []netip.AddrPort // where each sender receives, one per port
+	Egress  netip.AddrPort
+	Queue   cc.QueueConfig
+	Seed    uint64
+	// MaxHeld bounds the datagrams PFC holds (default 100000); beyond it
+	// they are dropped and counted.
+	MaxHeld int
+}
+
+// SwitchStats are a Switch's counts.
+type SwitchStats struct {
+	Forwarded  uint64 `json:"forwarded"` // to the receiver
+	Returned   uint64 `json:"returned"`  // from the receiver to a sender
+	Marked     uint64 `json:"marked"`    // marked CE
+	Dropped    uint64 `json:"dropped"`   // tail drops (and PFC hold overflow)
+	Pauses     uint64 `json:"pauses"`    // PFC XOFF events
+	NotRoCE    uint64 `json:"not_roce"`  // datagrams that did not decode, forwarded unchanged
+	QueueBytes int    `json:"queue_bytes"`
+	QueueMax   int    `json:"queue_max_bytes"`
+}
+
+// Switch forwards between senders and one receiver through a congestion
+// point. Close stops it.
+type Switch struct {
+	cfg   SwitchConfig
+	conns []Conn
+	q     *cc.Queue
+
+	mu       sync.Mutex
+	senders  []netip.AddrPort // where each port's sender receives
+	fifo     []queued         // in the egress queue, in order
+	held     []queued         // PFC: waiting to enter it
+	departAt time.Time
+	stats    SwitchStats
+	wake     chan struct{}
+	done     chan struct{}
+	wg       sync.WaitGroup
+}
+
+type queued struct {
+	port int
+	d    Datagram
+	size int
+}
+
+// NewSwitch opens the ports and starts forwarding.
+func NewSwitch(cfg SwitchConfig) (*Switch, error) {
+	if len(cfg.Ports) == 0 || len(cfg.Ports) != len(cfg.Senders) {
+		return nil, errors.New("transport: a switch needs one port per sender, and each sender's address")
+	}
+	for _, a := range cfg.Senders {
+		if !a.Addr().IsValid() || a.Port() == 0 || a.Addr().Unmap() == cfg.Egress.Addr().Unmap() {
+			return nil, fmt.Errorf("transport: sender address %s must have a port and differ from the receiver's", a)
+		}
+	}
+	if !cfg.Egress.Addr().IsValid() || cfg.Egress.Port() == 0 {
+		return nil, errors.New("transport: the switch's egress needs an address and a port")
+	}
+	if cfg.MaxHeld == 0 {
+		cfg.MaxHeld = 100000
+	}
+	q, err := cc.NewQueue(cfg.Queue, cfg.Seed)
+	if err != nil {
+		return nil, err
+	}
+	s := &Switch{cfg: cfg, q: q, senders: cfg.Senders, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	for _, p := range cfg.Ports {
+		c, err := ListenUDP(netip.AddrPortFrom(cfg.Addr, p), UDPOptions{EphemeralPort: true})
+		if err != nil {
+			s.closeConns()
+			return nil, fmt.Errorf("switch port %d: %w", p, err)
+		}
+		s.conns = append(s.conns, c)
+	}
+	for i := range s.conns {
+		s.wg.Add(1)
+		go s.read(i)
+	}
+	s.wg.Add(1)
+	go s.egress()
+	return s, nil
+}
+
+func (s *Switch) closeConns() {
+	for _, c := range s.conns {
+		c.Close()
+	}
+}
+
+// Close stops the switch and waits for its goroutines.
+func (s *Switch) Close() error {
+	select {
+	case <-s.done:
+		return nil
+	default:
+	}
+	close(s.done)
+	s.closeConns()
+	s.wg.Wait()
+	return nil
+}
+
+// Stats returns the counters.
+func (s *Switch) Stats() SwitchStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.QueueBytes = s.q.Bytes()
+	return st
+}
+
+// Ports returns the addresses senders use.
+func (s *Switch) Ports() []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, c := range s.conns {
+		out = append(out, c.LocalAddr())
+	}
+	return out
+}
+
+func (s *Switch) read(i int) {
+	defer s.wg.Done()
+	c := s.conns[i]
+	ds := make([]Datagram, 64)
+	for k := range ds {
+		ds[k].Data = make([]byte, 0, 16<<10)
+	}
+	for {
+		n, err := c.ReadBatch(ds)
+		if err != nil {
+			return
+		}
+		for k := range n {
+			d := ds[k]
+			d.Data = append([]byte(nil), d.Data...)
+			// The receiver answers from its QPs' source ports, not from
+			// the egress port: tell directions apart by address.
+			if d.Src.Addr().Unmap() == s.cfg.Egress.Addr().Unmap() {
+				s.back(i, d)
+			} else {
+				s.forward(i, d)
+			}
+		}
+	}
+}
+
+// back sends a datagram from the receiver to the port's sender, unqueued.
+func (s *Switch) back(i int, d Datagram) {
+	s.mu.Lock()
+	to := s.senders[i]
+	s.stats.Returned++
+	s.mu.Unlock()
+	out := Datagram{Data: d.Data, Src: s.conns[i].LocalAddr(), Dst: to, TOS: d.TOS}
+	s.fixICRC(&out)
+	s.conns[i].WriteBatch([]Datagram{out})
+}
+
+// forward puts a sender's datagram into the egress queue.
+func (s *Switch) forward(i int, d Datagram) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	it := queued{port: i, d: d, size: len(d.Data) + pktOverheadOnWire}
+	if s.q.Paused() {
+		if len(s.held) >= s.cfg.MaxHeld {
+			s.stats.Dropped++
+			return
+		}
+		s.held = append(s.held, it)
+		return
+	}
+	s.admitLocked(it)
+}
+
+func (s *Switch) admitLocked(it queued) {
+	pausedBefore := s.q.Paused()
+	ok, ce := s.q.Enqueue(it.size, it.d.TOS&3 != 0)
+	if !ok {
+		s.stats.Dropped++
+		return
+	}
+	if !pausedBefore && s.q.Paused() {
+		s.stats.Pauses++
+	}
+	if ce {
+		it.d.TOS |= 3
+		s.stats.Marked++
+	}
+	s.stats.QueueMax = max(s.stats.QueueMax, s.q.Bytes())
+	s.fifo = append(s.fifo, it)
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// egress drains the queue at the line rate.
+func (s *Switch) egress() {
+	defer s.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var batch []queued
+	for {
+		s.mu.Lock()
+		now := time.Now()
+		batch = batch[:0]
+		for len(s.fifo) > 0 {
+			if s.departAt.Before(now.Add(-time.Millisecond)) {
+				s.departAt = now // idle: start from now, do not bank credit
+			}
+			if s.departAt.After(now) {
+				break
+			}
+			it := s.fifo[0]
+			s.fifo = s.fifo[1:]
+			s.departAt = s.departAt.Add(s.cfg.Queue.LineRate.TxTime(it.size))
+			s.q.Dequeue(it.size)
+			batch = append(batch, it)
+			for len(s.held) > 0 && !s.q.Paused() {
+				h := s.held[0]
+				s.held = s.held[1:]
+				s.admitLocked(h)
+			}
+		}
+		wait := time.Hour
+		if len(s.fifo) > 0 {
+			wait = s.departAt.Sub(now)
+		}
+		s.stats.Forwarded += uint64(len(batch))
+		s.mu.Unlock()
+		for _, it := range batch {
+			out := Datagram{Data: it.d.Data, Src: s.conns[it.port].LocalAddr(), Dst: s.cfg.Egress, TOS: it.d.TOS}
+			s.fixICRC(&out)
+			s.conns[it.port].WriteBatch([]Datagram{out})
+		}
+		timer.Reset(max(wait, 0))
+		select {
+		case <-s.done:
+			return
+		case <-s.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// fixICRC rewrites the ICRC for the headers the datagram will carry.
+func (s *Switch) fixICRC(d *Datagram) {
+	if len(d.Data) < bth.BTHLen+bth.ICRCLen {
+		return
+	}
+	var p bth.Packet
+	if p.Decode(d.Data) != nil {
+		s.mu.Lock()
+		s.stats.NotRoCE++
+		s.mu.Unlock()
+		return
+	}
+	e := bth.Encap{Src: d.Src.Addr(), Dst: d.Dst.Addr(), SrcPort: d.Src.Port(), DstPort: d.Dst.Port()}
+	end := len(d.Data) - bth.ICRCLen
+	if crc, err := e.ICRC(d.Data[:end]); err == nil {
+		binary.LittleEndian.PutUint32(d.Data[end:], crc)
+	}
+}

@@ -1,0 +1,167 @@
+//go:build linux
+
+package transport
+
+import (
+	"bytes"
+	"io"
+	"net/netip"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/roce-emu/roce-emu/bth"
+	"github.com/roce-emu/roce-emu/cc"
+	"github.com/roce-emu/roce-emu/pcap"
+	"github.com/roce-emu/roce-emu/qp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Two roce-emu senders with DCQCN write into one receiver over UDP on
+// loopback through a Switch with a 1 Gb/s egress: the switch marks CE, the
+// receiver's QPs send CNPs, the senders' reaction points cut their rates,
+// and the receiver's counters agree with a capture of what it received
+// and sent.
+func TestUDPSwitchDCQCN(t *testing.T) {
+	recvAddr := netip.MustParseAddr("127.0.0.2")
+	rc, err := ListenUDP(netip.AddrPortFrom(recvAddr, 0), UDPOptions{})
+	require.NoError(t, err)
+	capFile := filepath.Join(t.TempDir(), "receiver.pcap")
+	w, err := pcap.Create(capFile)
+	require.NoError(t, err)
+	recv := NewEndpoint(rc, Options{Capture: w, ICRC: ICRCAssumeID0})
+	defer recv.Close()
+
+	var senderConns []Conn
+	for _, a := range []string{"127.0.0.1", "127.0.0.3"} {
+		c, err := ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(a), 0), UDPOptions{})
+		require.NoError(t, err)
+		senderConns = append(senderConns, c)
+	}
+	sw, err := NewSwitch(SwitchConfig{Addr: netip.MustParseAddr("127.0.0.100"), Ports: []uint16{0, 0},
+		Senders: []netip.AddrPort{senderConns[0].LocalAddr(), senderConns[1].LocalAddr()}, Egress: rc.LocalAddr(),
+		Queue: cc.QueueConfig{LineRate: cc.Gbps, Buffer: 4 << 20, KMin: 5000, KMax: 50000, PMax: 0.1}})
+	require.NoError(t, err)
+	defer sw.Close()
+	ports := sw.Ports()
+
+	params, _ := cc.Profile(cc.ProfilePaper, cc.Gbps)
+	params.MinTimeBetweenCNPs = 20 * time.Microsecond
+	rpd := recv.NewPD()
+	rcq := recv.NewCQ(64)
+	const size = 2 << 20
+	type sender struct {
+		ep   *Endpoint
+		q    *QP
+		cq   *CQ
+		src  []byte
+		smr  *qp.MR
+		dst  []byte
+		dmr  *qp.MR
+		minR cc.Rate
+	}
+	var ss []*sender
+	access := qp.IBV_ACCESS_LOCAL_WRITE | qp.IBV_ACCESS_REMOTE_WRITE
+	for i, c := range senderConns {
+		ep := NewEndpoint(c, Options{ICRC: ICRCAssumeID0})
+		defer ep.Close()
+		pd := ep.NewPD()
+		cq := ep.NewCQ(64)
+		q, err := ep.NewQP(pd, cq, cq, qp.InitAttr{SQSigAll: true, CC: &params})
+		require.NoError(t, err)
+		rq, err := recv.NewQP(rpd, rcq, rcq, qp.InitAttr{CC: &params})
+		require.NoError(t, err)
+		// Both ends of pair i talk to switch port i.
+		require.NoError(t, q.Connect(Remote{Addr: ports[i], QPN: rq.QPN(), PSN: 0x100}, 0x100, ConnectAttr{Access: access, Timeout: 12}))
+		require.NoError(t, rq.Connect(Remote{Addr: ports[i], QPN: q.QPN(), PSN: 0x100}, 0x100, ConnectAttr{Access: access, Timeout: 12}))
+		s := &sender{ep: ep, q: q, cq: cq, src: pattern(size, byte(i+7)), dst: make([]byte, size), minR: cc.Gbps}
+		s.smr, _ = pd.RegMR(s.src, qp.IBV_ACCESS_LOCAL_WRITE)
+		s.dmr, _ = rpd.RegMR(s.dst, access)
+		ss = append(ss, s)
+	}
+	for _, s := range ss {
+		for k := range 8 {
+			off := k * size / 8
+			require.NoError(t, s.q.PostSend(qp.SendWR{WRID: uint64(k), Opcode: qp.IBV_WR_RDMA_WRITE,
+				SGEs: []qp.SGE{s.smr.SGE(off, size/8)}, RemoteAddr: s.dmr.VA + uint64(off), RKey: s.dmr.RKey}))
+		}
+	}
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Microsecond):
+			}
+			for _, s := range ss {
+				if r, _, _ := s.q.CCState(); r < s.minR {
+					s.minR = r
+				}
+			}
+		}
+	}()
+	for _, s := range ss {
+		for _, c := range wait(t, s.cq, 8) {
+			require.Equal(t, qp.IBV_WC_SUCCESS, c.Status)
+		}
+	}
+	close(stop)
+	<-watched
+	recv.Sync()
+	st := sw.Stats()
+	var marked, cnps uint64
+	for _, q := range recv.order {
+		c := q.Counters()
+		marked += c.NPECNMarked
+		cnps += c.NPCNPSent
+	}
+	t.Logf("switch: %+v; receiver: %d CE-marked packets, %d CNPs; bad ICRC at the receiver %d", st, marked, cnps, recv.Stats().BadICRC)
+	for i, s := range ss {
+		assert.True(t, bytes.Equal(s.src, s.dst), "sender %d data", i)
+		c := s.q.Counters()
+		t.Logf("sender %d: rp_cnp_handled %d, lowest rate %v, retransmitted %d", i, c.RPCNPHandled, s.minR, c.RetransmittedPkts)
+		assert.NotZero(t, c.RPCNPHandled, "sender %d handled CNPs", i)
+		assert.Less(t, float64(s.minR), 0.75*float64(cc.Gbps), "sender %d cut its rate", i)
+	}
+	assert.NotZero(t, st.Marked)
+	assert.NotZero(t, marked)
+	assert.NotZero(t, cnps)
+	assert.Zero(t, recv.Stats().BadICRC, "the switch rewrote every ICRC for its headers")
+
+	// The receiver's capture shows the same CE marks and CNPs.
+	require.NoError(t, w.Close())
+	r, err := pcap.Open(capFile)
+	require.NoError(t, err)
+	defer r.Close()
+	d := pcap.NewDecoder()
+	d.Port = rc.LocalAddr().Port()
+	var rec pcap.Record
+	var capCE, capCNP uint64
+	for {
+		data, ci, lt, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		if k, _ := d.Decode(data, ci, lt, &rec); k != pcap.KindRoCE {
+			// The receiver's own packets go to the switch's ports.
+			d2 := pcap.NewDecoder()
+			for _, p := range ports {
+				d2.Port = p.Port()
+				if k2, _ := d2.Decode(data, ci, lt, &rec); k2 == pcap.KindRoCE && rec.Packet.BTH.Opcode == bth.CNP {
+					capCNP++
+				}
+			}
+			continue
+		}
+		if rec.ECN == bth.CE && rec.Packet.BTH.Opcode.Info().Op != bth.OpAcknowledge {
+			capCE++
+		}
+	}
+	assert.Equal(t, marked, capCE, "CE-marked packets in the capture")
+	assert.Equal(t, cnps, capCNP, "CNPs in the capture")
+}
