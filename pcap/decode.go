@@ -252,9 +252,14 @@ func (d *Decoder) Decode(data []byte, ci gopacket.CaptureInfo, lt LinkType, rec 
 		}
 		rec.SrcPort, rec.DstPort = binary.BigEndian.Uint16(udpBytes), port
 		rec.UDPHeader = udpBytes[:min(len(udpBytes), 8)]
-		if len(udpBytes) < 8 {
+		switch {
+		case len(udpBytes) < 8 && ipEnd > have:
+			rec.Err = lengthErrorf("%s %d exceeds the %d bytes %s", ipName, ipLen, have-(ipEnd-ipLen), where)
+		case len(udpBytes) < 8 && offset(data, udpBytes)+len(udpBytes) < ipEnd:
 			rec.Err = lengthErrorf("UDP header cut after %d of its 8 bytes", len(udpBytes))
-		} else {
+		case len(udpBytes) < 8:
+			rec.Err = lengthErrorf("the %s %d leaves %d bytes for the 8-byte UDP header", ipName, ipLen, len(udpBytes))
+		default:
 			rec.Err = lengthErrorf("UDP length %d is less than the 8 bytes of its header", binary.BigEndian.Uint16(udpBytes[4:]))
 		}
 		return KindMalformed, nil

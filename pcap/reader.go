@@ -223,7 +223,9 @@ func (r *Reader) Next() (data []byte, ci gopacket.CaptureInfo, lt LinkType, err 
 		if err == nil {
 			var ok bool
 			if lt, ok = r.ngv.linkType(ci.InterfaceIndex); !ok {
-				err = fmt.Errorf("packet of unknown interface %d", ci.InterfaceIndex)
+				// The validator checks interfaces; this is a bug.
+				r.err = fmt.Errorf("%w after %d frames: packet of interface %d, which its section lacks", ErrCorruptCapture, r.frames, ci.InterfaceIndex)
+				return nil, ci, 0, r.err
 			}
 		}
 	}
