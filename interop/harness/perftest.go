@@ -46,6 +46,16 @@ func (h *harness) perftestScenarios() []scenario {
 				func(h *harness) (string, error) { return h.perftest(c, true, 1024, 1024, nil) }})
 	}
 	ss = append(ss,
+		scenario{"perftest-ib_write_bw-rxe-client-s64",
+			"rxe's ib_write_bw client walks 64-byte WRITEs over one 4096-byte cycle buffer of roce-emu's advertised region, as perftest does, and roce-emu serves them all",
+			func(h *harness) (string, error) {
+				return h.perftest(perftestCase{"bw", "write", 64, 1000}, false, 1024, 1024, nil)
+			}},
+		scenario{"perftest-ib_read_bw-roce-emu-client-s64",
+			"roce-emu's ib_read_bw client walks 64-byte READs over the 64 cache lines of rxe's cycle buffer, as perftest does, and every READ of one line brings the same bytes",
+			func(h *harness) (string, error) {
+				return h.perftest(perftestCase{"bw", "read", 64, 1000}, true, 1024, 1024, nil)
+			}},
 		scenario{"perftest-ib_write_bw-mtu-negotiation",
 			"rxe offers MTU 4096 in perftest's MTU exchange, roce-emu 1024: both use the smaller, and every WRITE packet carries at most 1024 bytes",
 			func(h *harness) (string, error) {
@@ -195,6 +205,14 @@ func (h *harness) perftest(c perftestCase, ourClient bool, guestMTU, ourMTU int,
 	}
 	if ourClient && c.op == "read" && !strings.Contains(o, "data check:") {
 		return "", fmt.Errorf("roce-emu did not check the data it read: %s", lastLines(o, 3))
+	}
+	// Small bandwidth READs walk perftest's cycle buffer, one cache line
+	// (64 bytes) or more per step.
+	if ourClient && c.op == "read" && c.kind == "bw" && c.size <= 2048 {
+		inc := (c.size + 63) / 64 * 64
+		if want := fmt.Sprintf("from %d offsets", 4096/inc); !strings.Contains(o, want) {
+			return "", fmt.Errorf("roce-emu's READs did not come %s of rxe's buffer: %s", want, lastLines(o, 3))
+		}
 	}
 	counters := counterLine(o)
 	// Data towards roce-emu came in packets of the negotiated MTU.
