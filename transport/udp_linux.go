@@ -55,6 +55,7 @@ type udpConn struct {
 	extra map[uint16]*sender
 
 	rms  []ipv4.Message
+	wmu  sync.Mutex // WriteBatch may be called from several goroutines
 	wms  []ipv4.Message
 	woob [][]byte
 }
@@ -262,6 +263,8 @@ func (c *udpConn) cmsgs(b []byte, tos, ttl uint8) []byte {
 }
 
 func (c *udpConn) WriteBatch(ds []Datagram) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	sent := 0
 	for sent < len(ds) {
 		// A run of datagrams from the same source port goes in one sendmmsg.
