@@ -24,6 +24,7 @@ type command struct {
 var commands = []command{
 	{"demo", "two peers on loopback run SEND, WRITE, READ and atomics with and without loss, check every byte, write demo.pcap", runDemo},
 	{"dcqcn", "N-to-1 incast through an emulated switch in simulated time, with DCQCN or none: CSV, plot, summary", runDCQCN},
+	{"switch", "a userspace congestion point between UDP peers: egress queue, WRED-ECN, tail drop or PFC hold", runSwitch},
 	{"decode", "decode RoCEv2 packets in pcap/pcapng captures, one line (or JSON object) per packet", runDecode},
 	{"server", "the server side of ibv_rc_pingpong: RC SEND ping-pong after rc_pingpong's TCP exchange", runServer},
 	{"client", "the client side of ibv_rc_pingpong (client HOST)", runClient},

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/roce-emu/roce-emu/cc"
+	"github.com/roce-emu/roce-emu/transport"
+)
+
+func runSwitch(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("switch", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.100", "the switch's IP `address`")
+	var links multiFlag
+	fs.Var(&links, "link", "a sender, as PORT=SENDER_ADDR:SENDER_PORT (repeatable): the sender and the receiver's QP for it both use the switch's address and PORT as their peer")
+	receiver := fs.String("receiver", "", "the receiver's `address:port` (its RoCEv2 UDP port)")
+	rate := fs.String("rate", "1", "egress line `rate` (Gb/s, or 100Mbps)")
+	q := cc.DefaultQueue(0)
+	fs.IntVar(&q.KMin, "kmin", q.KMin, "WRED-ECN Kmin in `bytes`")
+	fs.IntVar(&q.KMax, "kmax", q.KMax, "WRED-ECN Kmax in `bytes`")
+	fs.Float64Var(&q.PMax, "pmax", q.PMax, "WRED-ECN marking `probability` at Kmax")
+	fs.IntVar(&q.Buffer, "buffer", q.Buffer, "egress buffer in `bytes` (tail drop beyond it)")
+	fs.BoolVar(&q.PFC, "pfc", false, "hold datagrams above XOFF instead of dropping (a userspace stand-in for PFC pauses)")
+	fs.IntVar(&q.XOFF, "xoff", q.XOFF, "PFC XOFF threshold in `bytes`")
+	fs.IntVar(&q.XON, "xon", q.XON, "PFC XON threshold in `bytes`")
+	dur := fs.Duration("duration", 0, "stop after this long (default: until interrupted)")
+	every := fs.Duration("stats", 0, "print the counters this often (default: only at the end)")
+	asJSON := fs.Bool("json", false, "print the counters as JSON")
+	seed := fs.Uint64("seed", 1, "random `seed` of the marking")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: roce-emu switch --receiver ADDR:PORT --link PORT=SENDER:PORT [--link ...] [flags]")
+		fmt.Fprintln(stderr, "\nA userspace switch between RoCEv2 peers on real sockets, for machines without red or")
+		fmt.Fprintln(stderr, "netem: what senders send to their port goes through one egress queue (line rate,")
+		fmt.Fprintln(stderr, "WRED-ECN marking, tail drop or PFC hold) to the receiver; what the receiver sends")
+		fmt.Fprintln(stderr, "back goes straight to the sender. ICRCs are rewritten for the switch's headers.")
+		fmt.Fprintln(stderr, "\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "roce-emu switch: "+format+"\n", a...)
+		return 2
+	}
+	if fs.NArg() != 0 {
+		return fail("unexpected argument %q", fs.Arg(0))
+	}
+	a, err := netip.ParseAddr(*addr)
+	if err != nil {
+		return fail("--addr %q is not an IP address", *addr)
+	}
+	recv, err := netip.ParseAddrPort(*receiver)
+	if err != nil {
+		return fail("--receiver %q: give ADDRESS:PORT, e.g. 127.0.0.2:4791", *receiver)
+	}
+	cfg := transport.SwitchConfig{Addr: a, Egress: recv, Seed: *seed}
+	for _, l := range links {
+		p, s, ok := strings.Cut(l, "=")
+		port, perr := strconv.ParseUint(p, 10, 16)
+		sender, serr := netip.ParseAddrPort(s)
+		if !ok || perr != nil || serr != nil || port == 0 {
+			return fail("--link %q: give PORT=SENDER_ADDRESS:SENDER_PORT, e.g. 5001=127.0.0.1:4791", l)
+		}
+		cfg.Ports = append(cfg.Ports, uint16(port))
+		cfg.Senders = append(cfg.Senders, sender)
+	}
+	if len(cfg.Ports) == 0 {
+		return fail("no --link given")
+	}
+	r, err := cc.ParseRate(*rate)
+	if err != nil || r <= 0 {
+		return fail("--rate %q: give Gb/s, or a rate such as 100Mbps", *rate)
+	}
+	q.LineRate = r
+	cfg.Queue = q
+	if err := q.Check(); err != nil {
+		return fail("%v", err)
+	}
+	sw, err := transport.NewSwitch(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "roce-emu switch: %v\n", err)
+		return 1
+	}
+	defer sw.Close()
+	fmt.Fprintf(stdout, "switch at %s: egress %v to %s, WRED-ECN Kmin %d Kmax %d Pmax %g, buffer %d, PFC %v\n", a, r, recv, q.KMin, q.KMax, q.PMax, q.Buffer, q.PFC)
+	for i, p := range sw.Ports() {
+		fmt.Fprintf(stdout, "  port %d <-> sender %s\n", p.Port(), cfg.Senders[i])
+	}
+	print := func() {
+		st := sw.Stats()
+		if *asJSON {
+			json.NewEncoder(stdout).Encode(st)
+			return
+		}
+		fmt.Fprintf(stdout, "forwarded %d, returned %d, marked CE %d, dropped %d, pauses %d, queue %d B (max %d B)\n",
+			st.Forwarded, st.Returned, st.Marked, st.Dropped, st.Pauses, st.QueueBytes, st.QueueMax)
+	}
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, os.Interrupt)
+	defer signal.Stop(stop)
+	var end <-chan time.Time
+	if *dur > 0 {
+		end = time.After(*dur)
+	}
+	var tick <-chan time.Time
+	if *every > 0 {
+		t := time.NewTicker(*every)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-stop:
+			print()
+			return 0
+		case <-end:
+			print()
+			return 0
+		case <-tick:
+			print()
+		}
+	}
+}
