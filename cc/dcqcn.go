@@ -161,6 +161,7 @@ type ReactionPoint struct {
 	cut            bool // a CNP has been handled: timers run
 	cnpInPeriod    bool
 	lastCut        time.Time
+	lowest         Rate
 	alphaAt        time.Time
 	increaseAt     time.Time
 	// Counters, named like mlx5's.
@@ -175,11 +176,14 @@ func NewReactionPoint(p Params) (*ReactionPoint, error) {
 	if err := p.Check(); err != nil {
 		return nil, err
 	}
-	return &ReactionPoint{p: p, rc: p.LineRate, rt: p.LineRate, alpha: p.InitialAlpha}, nil
+	return &ReactionPoint{p: p, rc: p.LineRate, rt: p.LineRate, alpha: p.InitialAlpha, lowest: p.LineRate}, nil
 }
 
 // Rate returns the current rate RC.
 func (r *ReactionPoint) Rate() Rate { return r.rc }
+
+// Lowest returns the lowest rate RC has had.
+func (r *ReactionPoint) Lowest() Rate { return r.lowest }
 
 // Target returns the target rate RT.
 func (r *ReactionPoint) Target() Rate { return r.rt }
@@ -213,6 +217,7 @@ func (r *ReactionPoint) OnCNP(now time.Time) {
 		r.rc = r.p.RateOnFirstCNP
 	}
 	r.rc = max(r.rc, r.p.MinRate)
+	r.lowest = min(r.lowest, r.rc)
 	r.tStage, r.bStage, r.bytes = 0, 0, 0
 	r.cut = true
 	r.cnpInPeriod = false

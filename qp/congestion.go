@@ -39,6 +39,15 @@ func (q *QP) CCState() (rate cc.Rate, alpha float64, ok bool) {
 	return q.cc.rp.Rate(), q.cc.rp.Alpha(), true
 }
 
+// CCLowestRate returns the lowest rate DCQCN has cut this QP to (the line
+// rate when it never cut; 0 without congestion control).
+func (q *QP) CCLowestRate() cc.Rate {
+	if q.cc == nil {
+		return 0
+	}
+	return q.cc.rp.Lowest()
+}
+
 // notify is the notification point: a CE-marked packet this QP receives
 // as the target of the data (requests at the responder, READ responses at
 // the requester) makes a CNP to the sending QP, at most one per interval.

@@ -3,6 +3,7 @@ package qp
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 )
 
 // SGE is a scatter/gather element, as ibv_sge: Length bytes at virtual
@@ -14,20 +15,28 @@ type SGE struct {
 }
 
 // PD is a protection domain: memory regions and the QPs that may use them.
-// The zero value is not usable; call NewPD.
+// A QP reaches only the regions of its own PD: keys are unique across
+// every PD of the process (as on one device), so a key from another PD is
+// unknown to it. The zero value is not usable; call NewPD.
 type PD struct {
-	mrs    map[uint32]*MR // by key: L_Key and R_Key are equal, as in rxe
-	nextVA uint64
-	seq    uint32
+	mrs map[uint32]*MR // by key: L_Key and R_Key are equal, as in rxe
 }
 
-// firstVA is where NewPD starts placing memory regions: an address of the
-// shape a user-space buffer has on x86-64 Linux, so that captures look like
-// those of real stacks.
+// firstVA is where memory regions are placed: an address of the shape a
+// user-space buffer has on x86-64 Linux, so that captures look like those
+// of real stacks. Regions of all PDs get distinct addresses, as buffers of
+// one process have.
 const firstVA = 0x7f0000000000
 
+var (
+	keySeq atomic.Uint32
+	nextVA atomic.Uint64
+)
+
+func init() { nextVA.Store(firstVA) }
+
 // NewPD returns an empty protection domain.
-func NewPD() *PD { return &PD{mrs: map[uint32]*MR{}, nextVA: firstVA} }
+func NewPD() *PD { return &PD{mrs: map[uint32]*MR{}} }
 
 // MR is a memory region over a caller's buffer (ibv_reg_mr). Remote peers
 // address it by VA and R_Key; local work requests by VA and L_Key. The
@@ -51,9 +60,11 @@ var (
 )
 
 // RegMR registers buf with the given access and places it at the next free
-// page-aligned virtual address of the domain.
+// page-aligned virtual address.
 func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
-	return pd.RegMRAt(buf, pd.nextVA, access)
+	size := (uint64(len(buf)) + 4095) &^ 4095
+	va := nextVA.Add(size+4096) - size - 4096
+	return pd.RegMRAt(buf, va, access)
 }
 
 // RegMRAt registers buf at a chosen virtual address, for tests and for
@@ -75,13 +86,10 @@ func (pd *PD) RegMRAt(buf []byte, va uint64, access Access) (*MR, error) {
 			return nil, ErrMROverlaps
 		}
 	}
-	pd.seq++
-	key := pd.seq<<8 | (pd.seq*37+11)&0xFF
+	seq := keySeq.Add(1)
+	key := seq<<8 | (seq*37+11)&0xFF
 	mr := &MR{PD: pd, Buf: buf, VA: va, LKey: key, RKey: key, Access: access, valid: true}
 	pd.mrs[key] = mr
-	if next := (end + 4095) &^ 4095; next > pd.nextVA {
-		pd.nextVA = next
-	}
 	return mr, nil
 }
 
@@ -127,10 +135,10 @@ func (pd *PD) remote(rkey uint32, va uint64, n uint64, need Access) []byte {
 	return b
 }
 
-// local resolves a list of SGEs into the byte slices they name, checking
-// L_Keys and bounds; write asks for LOCAL_WRITE access. It returns false
-// when an SGE is not valid (a local protection error).
-func (pd *PD) local(sges []SGE, write bool, out [][]byte) ([][]byte, bool) {
+// local resolves a list of SGEs into the memory they name, checking L_Keys
+// and bounds; write asks for LOCAL_WRITE access. It returns false when an
+// SGE is not valid (a local protection error).
+func (pd *PD) local(sges []SGE, write bool, out sgList) (sgList, bool) {
 	for _, s := range sges {
 		mr := pd.mrs[s.LKey]
 		if mr == nil || !mr.valid || (write && mr.Access&IBV_ACCESS_LOCAL_WRITE == 0) {
@@ -140,26 +148,41 @@ func (pd *PD) local(sges []SGE, write bool, out [][]byte) ([][]byte, bool) {
 		if !ok {
 			return out, false
 		}
-		out = append(out, b)
+		out = append(out, sgEntry{mr: mr, b: b})
 	}
 	return out, true
 }
 
-// sgList is a resolved scatter/gather list: data placed or taken at a
-// running offset.
-type sgList [][]byte
-
-func (l sgList) total() int {
-	n := 0
-	for _, b := range l {
-		n += len(b)
-	}
-	return n
+// sgEntry is one resolved SGE: the bytes and the region they belong to.
+// mr is nil for inline data copied at post time.
+type sgEntry struct {
+	mr *MR
+	b  []byte
 }
 
-// copyOut copies len(dst) bytes starting at offset off of the list into dst.
-func (l sgList) copyOut(dst []byte, off int) {
-	for _, b := range l {
+// sgList is a resolved scatter/gather list: data placed or taken at a
+// running offset. Every access checks that the regions are still
+// registered, as rxe looks the L_Key up when it copies: a region
+// deregistered after posting fails the work request.
+type sgList []sgEntry
+
+func (l sgList) valid() bool {
+	for _, e := range l {
+		if e.mr != nil && !e.mr.valid {
+			return false
+		}
+	}
+	return true
+}
+
+// copyOut copies len(dst) bytes starting at offset off of the list into
+// dst. It returns false when a region is no longer registered.
+func (l sgList) copyOut(dst []byte, off int) bool {
+	if !l.valid() {
+		return false
+	}
+	for _, e := range l {
+		b := e.b
 		if off >= len(b) {
 			off -= len(b)
 			continue
@@ -168,15 +191,20 @@ func (l sgList) copyOut(dst []byte, off int) {
 		dst = dst[n:]
 		off = 0
 		if len(dst) == 0 {
-			return
+			break
 		}
 	}
+	return true
 }
 
 // copyIn copies src into the list starting at offset off. It returns false
-// when the list is too short.
+// when the list is too short or a region is no longer registered.
 func (l sgList) copyIn(src []byte, off int) bool {
-	for _, b := range l {
+	if !l.valid() {
+		return false
+	}
+	for _, e := range l {
+		b := e.b
 		if len(src) == 0 {
 			return true
 		}
@@ -194,7 +222,8 @@ func (l sgList) copyIn(src []byte, off int) bool {
 // contiguous returns the bytes at [off, off+n) when they lie in one element,
 // so a packet can carry them without a copy.
 func (l sgList) contiguous(off, n int) ([]byte, bool) {
-	for _, b := range l {
+	for _, e := range l {
+		b := e.b
 		if off >= len(b) {
 			off -= len(b)
 			continue

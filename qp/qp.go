@@ -25,6 +25,13 @@ const (
 	MaxRdAtomicLimit = 128
 	// maxOutQueue bounds the responder's queue of ACKs and READ responses.
 	maxOutQueue = 1024
+	// MaxMessagePSNs is the most PSNs one message may take: a quarter of
+	// the PSN space, so that PSN comparisons stay unambiguous (a 2 GiB
+	// message at path MTU 256 would take 2^23).
+	MaxMessagePSNs = 1 << 22
+	// MaxInlineData is the most data IBV_SEND_INLINE copies at post time
+	// (rxe's RXE_MAX_INLINE_DATA).
+	MaxInlineData = 416
 )
 
 // InitAttr describes a QP at creation, as ibv_qp_init_attr.
@@ -110,8 +117,7 @@ var transitions = map[[2]State]transition{
 		IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER, IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX},
 	{IBV_QPS_RTR, IBV_QPS_RTS}: {IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
 		IBV_QP_MAX_QP_RD_ATOMIC, IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER},
-	{IBV_QPS_RTS, IBV_QPS_RTS}: {0, IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER | IBV_QP_TIMEOUT |
-		IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_AV},
+	{IBV_QPS_RTS, IBV_QPS_RTS}: {0, IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER},
 	{IBV_QPS_RTS, IBV_QPS_SQD}: {0, 0},
 	{IBV_QPS_SQD, IBV_QPS_RTS}: {0, IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER},
 	{IBV_QPS_SQD, IBV_QPS_SQD}: {0, IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER | IBV_QP_TIMEOUT |
@@ -366,6 +372,15 @@ func LocalAckTimeout(code uint8) time.Duration {
 func (q *QP) toError() {
 	q.state = IBV_QPS_ERR
 	q.flush(true)
+	// Only ACKs and NAKs already queued (the NAK that ended the QP among
+	// them) still go out; READ responses and atomic ACKs do not.
+	keep := q.resp.out[:0]
+	for _, it := range q.resp.out {
+		if it.op == bth.RCAcknowledge {
+			keep = append(keep, it)
+		}
+	}
+	q.resp.out = keep
 	q.req.retransmitAt = time.Time{}
 	q.req.rnrUntil = time.Time{}
 }

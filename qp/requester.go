@@ -95,7 +95,10 @@ type requester struct {
 // without an 8-byte aligned address and an 8-byte SGE, message over 2 GiB).
 // In ERR the request completes at once with IBV_WC_WR_FLUSH_ERR.
 func (q *QP) PostSend(wr SendWR) error {
-	if q.state == IBV_QPS_RESET {
+	switch q.state {
+	case IBV_QPS_RTS, IBV_QPS_SQD, IBV_QPS_ERR:
+	default:
+		// rxe refuses a post before RTS (qp_state < IB_QPS_RTS: -EINVAL).
 		return fmt.Errorf("%w: post send in %s", ErrBadState, q.state)
 	}
 	if wr.Opcode > IBV_WR_SEND_WITH_INV {
@@ -112,6 +115,12 @@ func (q *QP) PostSend(wr SendWR) error {
 	if w.length > MaxMessage {
 		return fmt.Errorf("%w: message of %d bytes is over 2^31", ErrBadWR, w.length)
 	}
+	if n := q.packets(w.length); n > MaxMessagePSNs {
+		return fmt.Errorf("%w: a %d-byte message needs %d PSNs at path MTU %d, more than %d", ErrBadWR, w.length, n, q.attr.PathMTU.Bytes(), MaxMessagePSNs)
+	}
+	if wr.Flags&IBV_SEND_INLINE != 0 && (w.length > MaxInlineData || w.readOrAtomic()) {
+		return fmt.Errorf("%w: inline data is for SEND and RDMA WRITE of at most %d bytes", ErrBadWR, MaxInlineData)
+	}
 	switch wr.Opcode {
 	case IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD:
 		if w.length != 8 || wr.RemoteAddr%8 != 0 {
@@ -126,7 +135,13 @@ func (q *QP) PostSend(wr SendWR) error {
 	if !ok {
 		w.status = IBV_WC_LOC_PROT_ERR
 	}
-	w.sgl = sgList(sgl)
+	if ok && wr.Flags&IBV_SEND_INLINE != 0 {
+		// Inline: the data is copied now; the buffer may change at once.
+		data := make([]byte, w.length)
+		sgl.copyOut(data, 0)
+		sgl = sgList{{b: data}}
+	}
+	w.sgl = sgl
 	q.req.sq = append(q.req.sq, w)
 	return nil
 }
@@ -145,10 +160,17 @@ func (q *QP) packets(n int) int {
 // the RNR timer allow one.
 func (q *QP) nextRequest(now time.Time, out *bth.Packet) bool {
 	r := &q.req
-	if q.state != IBV_QPS_RTS || r.cur >= len(r.sq) || !r.rnrUntil.IsZero() {
+	if (q.state != IBV_QPS_RTS && q.state != IBV_QPS_SQD) || r.cur >= len(r.sq) || !r.rnrUntil.IsZero() {
 		return false
 	}
 	w := r.sq[r.cur]
+	// SQD drains: messages already begun are finished, none is started.
+	if q.state == IBV_QPS_SQD && !w.started {
+		return false
+	}
+	if w.status == 0 && !w.sgl.valid() {
+		w.status = IBV_WC_LOC_PROT_ERR // a region was deregistered after posting
+	}
 	if w.status != 0 {
 		if r.cur == 0 {
 			q.failHead(w.status)
@@ -227,7 +249,7 @@ func (q *QP) nextRequest(now time.Time, out *bth.Packet) bool {
 				r.scratch = make([]byte, mtu)
 			}
 			out.Payload = r.scratch[:n]
-			w.sgl.copyOut(out.Payload, off)
+			w.sgl.copyOut(out.Payload, off) // validity checked above
 		}
 		r.sendPSN = psn.Next()
 		if last && w.wr.Flags&IBV_SEND_SOLICITED != 0 {
@@ -454,7 +476,10 @@ func (q *QP) handleResponse(now time.Time, p *bth.Packet, info *bth.OpInfo) {
 		}
 		var v [8]byte
 		binary.LittleEndian.PutUint64(v[:], uint64(p.AtomicAckETH))
-		w.sgl.copyIn(v[:], 0)
+		if !w.sgl.copyIn(v[:], 0) {
+			q.failHead(IBV_WC_LOC_PROT_ERR)
+			return
+		}
 		q.complete(w)
 		progressed = true
 	case bth.OpReadResponse:
@@ -505,7 +530,7 @@ func (q *QP) acceptReadResponse(p *bth.Packet, info *bth.OpInfo, w *sendWQE) boo
 		return false
 	}
 	if !w.sgl.copyIn(p.Payload, off) {
-		q.Counters.Dropped++
+		q.failHead(IBV_WC_LOC_PROT_ERR) // the destination was deregistered
 		return false
 	}
 	r.respPos = pos

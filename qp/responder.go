@@ -88,7 +88,7 @@ func (q *QP) PostRecv(wr RecvWR) error {
 	if !ok {
 		w.status = IBV_WC_LOC_PROT_ERR
 	}
-	w.sgl = sgList(sgl)
+	w.sgl = sgl
 	q.resp.rq = append(q.resp.rq, w)
 	return nil
 }
@@ -226,6 +226,11 @@ func (q *QP) recvSend(p *bth.Packet, info *bth.OpInfo) {
 		}
 	}
 	if !s.cur.sgl.copyIn(p.Payload, s.curOff) {
+		if !s.cur.sgl.valid() {
+			// A receive buffer was deregistered after posting.
+			q.fatal(psn, bth.SyndromeRemoteOp, IBV_WC_LOC_PROT_ERR)
+			return
+		}
 		// The message is longer than the receive buffers.
 		q.Counters.RespLocalLengthErr++
 		q.fatal(psn, bth.SyndromeInvalidReq, IBV_WC_LOC_LEN_ERR)

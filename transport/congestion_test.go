@@ -32,14 +32,13 @@ func TestMemCongestionPointDCQCN(t *testing.T) {
 		rcq := recv.NewCQ(64)
 		const size = 4 << 20
 		type sender struct {
-			ep   *Endpoint
-			q    *QP
-			cq   *CQ
-			src  []byte
-			smr  *qp.MR
-			dst  []byte
-			dmr  *qp.MR
-			minR cc.Rate
+			ep  *Endpoint
+			q   *QP
+			cq  *CQ
+			src []byte
+			smr *qp.MR
+			dst []byte
+			dmr *qp.MR
 		}
 		var ss []*sender
 		for i, a := range []string{"192.0.2.1:4791", "192.0.2.2:4791"} {
@@ -55,7 +54,7 @@ func TestMemCongestionPointDCQCN(t *testing.T) {
 			access := qp.IBV_ACCESS_LOCAL_WRITE | qp.IBV_ACCESS_REMOTE_WRITE
 			require.NoError(t, q.Connect(Remote{Addr: recvAddr, QPN: rq.QPN(), PSN: 0x100}, 0x100, ConnectAttr{Access: access}))
 			require.NoError(t, rq.Connect(Remote{Addr: ep.LocalAddr(), QPN: q.QPN(), PSN: 0x100}, 0x100, ConnectAttr{Access: access}))
-			s := &sender{ep: ep, q: q, cq: cq, src: pattern(size, byte(i+1)), dst: make([]byte, size), minR: params.LineRate}
+			s := &sender{ep: ep, q: q, cq: cq, src: pattern(size, byte(i+1)), dst: make([]byte, size)}
 			s.smr, _ = pd.RegMR(s.src, qp.IBV_ACCESS_LOCAL_WRITE)
 			s.dmr, _ = rpd.RegMR(s.dst, access)
 			ss = append(ss, s)
@@ -67,29 +66,12 @@ func TestMemCongestionPointDCQCN(t *testing.T) {
 					SGEs: []qp.SGE{s.smr.SGE(off, size/4)}, RemoteAddr: s.dmr.VA + uint64(off), RKey: s.dmr.RKey}))
 			}
 		}
-		// Watch the rates while the transfers run.
-		done := make(chan struct{})
-		go func() {
-			for {
-				select {
-				case <-done:
-					return
-				case <-time.After(50 * time.Microsecond):
-				}
-				for _, s := range ss {
-					if r, _, ok := s.q.CCState(); ok && r < s.minR {
-						s.minR = r
-					}
-				}
-			}
-		}()
 		for _, s := range ss {
 			wc := wait(t, s.cq, 4)
 			for _, c := range wc {
 				require.Equal(t, qp.IBV_WC_SUCCESS, c.Status)
 			}
 		}
-		close(done)
 		recv.Sync()
 		var marked, cnps uint64
 		for _, q := range recv.order {
@@ -102,9 +84,9 @@ func TestMemCongestionPointDCQCN(t *testing.T) {
 			c := s.q.Counters()
 			rate, alpha, _ := s.q.CCState()
 			t.Logf("sender %d: rp_cnp_handled %d, rp_cnp_ignored %d, lowest rate %v, now %v (alpha %.3f), retransmitted %d",
-				i, c.RPCNPHandled, c.RPCNPIgnored, s.minR, rate, alpha, c.RetransmittedPkts)
+				i, c.RPCNPHandled, c.RPCNPIgnored, s.q.CCLowestRate(), rate, alpha, c.RetransmittedPkts)
 			assert.NotZero(t, c.RPCNPHandled, "sender %d handled CNPs", i)
-			assert.Less(t, float64(s.minR), float64(params.LineRate)*0.75, "sender %d cut its rate", i)
+			assert.Less(t, float64(s.q.CCLowestRate()), float64(params.LineRate)*0.75, "sender %d cut its rate", i)
 			assert.Zero(t, c.RetransmittedPkts, "nothing was lost or reordered")
 		}
 		q := cp.Queue()

@@ -124,12 +124,12 @@ func (ep *Endpoint) Close() error {
 	if ep.timer != nil {
 		ep.timer.Stop()
 	}
-	ep.mu.Unlock()
-	err := ep.conn.Close()
-	<-ep.done
 	for _, c := range ep.cqs {
 		c.signal()
 	}
+	ep.mu.Unlock()
+	err := ep.conn.Close()
+	<-ep.done
 	return err
 }
 
@@ -196,8 +196,14 @@ func (ep *Endpoint) receiveLocked(now time.Time, d *Datagram) {
 	if drop {
 		return
 	}
+	ecn := bth.ECN(d.TOS & 3)
 	if delay > 0 {
+		// d is the read loop's buffer: copy what the later delivery needs.
 		data := append([]byte(nil), d.Data...)
+		copies := 1
+		if dup {
+			copies = 2
+		}
 		time.AfterFunc(delay, func() {
 			ep.mu.Lock()
 			defer ep.mu.Unlock()
@@ -207,13 +213,14 @@ func (ep *Endpoint) receiveLocked(now time.Time, d *Datagram) {
 			var p bth.Packet
 			if p.Decode(data) == nil {
 				now := time.Now()
-				q.q.HandlePacket(now, &p, bth.ECN(d.TOS&3))
+				for range copies {
+					q.q.HandlePacket(now, &p, ecn)
+				}
 				ep.flushLocked(now)
 			}
 		})
 		return
 	}
-	ecn := bth.ECN(d.TOS & 3)
 	q.q.HandlePacket(now, p, ecn)
 	if dup {
 		q.q.HandlePacket(now, p, ecn)
@@ -387,10 +394,13 @@ func (pd *PD) DeregMR(mr *qp.MR) error {
 	return pd.pd.DeregMR(mr)
 }
 
-// CQ is a completion queue of an Endpoint.
+// CQ is a completion queue of an Endpoint. Any number of goroutines may
+// Wait on it.
 type CQ struct {
-	ep   *Endpoint
-	cq   *qp.CQ
+	ep *Endpoint
+	cq *qp.CQ
+	// wake is closed (and replaced) whenever completions may have
+	// arrived or the Endpoint closed: a broadcast to every waiter.
 	wake chan struct{}
 }
 
@@ -398,16 +408,15 @@ type CQ struct {
 func (ep *Endpoint) NewCQ(depth int) *CQ {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	c := &CQ{ep: ep, cq: qp.NewCQ(depth), wake: make(chan struct{}, 1)}
+	c := &CQ{ep: ep, cq: qp.NewCQ(depth), wake: make(chan struct{})}
 	ep.cqs = append(ep.cqs, c)
 	return c
 }
 
+// signal wakes every waiter; ep.mu must be held.
 func (c *CQ) signal() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
+	close(c.wake)
+	c.wake = make(chan struct{})
 }
 
 // Poll moves up to len(wc) completions into wc without waiting.
@@ -424,17 +433,18 @@ var ErrClosed = errors.New("transport: endpoint closed")
 // len(wc) of them. It returns ctx.Err() when ctx ends first.
 func (c *CQ) Wait(ctx context.Context, wc []qp.WC) (int, error) {
 	for {
-		if n := c.Poll(wc); n > 0 {
+		c.ep.mu.Lock()
+		if n := c.cq.Poll(wc); n > 0 {
+			c.ep.mu.Unlock()
 			return n, nil
 		}
-		c.ep.mu.Lock()
-		closed := c.ep.closed
+		closed, wake := c.ep.closed, c.wake
 		c.ep.mu.Unlock()
 		if closed {
 			return 0, ErrClosed
 		}
 		select {
-		case <-c.wake:
+		case <-wake:
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
@@ -513,6 +523,14 @@ func (w *QP) CCState() (rate cc.Rate, alpha float64, ok bool) {
 	return w.q.CCState()
 }
 
+// CCLowestRate returns the lowest rate DCQCN has cut the QP to (see
+// qp.QP.CCLowestRate).
+func (w *QP) CCLowestRate() cc.Rate {
+	w.ep.mu.Lock()
+	defer w.ep.mu.Unlock()
+	return w.q.CCLowestRate()
+}
+
 // SourcePort returns the UDP source port the QP sends from.
 func (w *QP) SourcePort() uint16 {
 	w.ep.mu.Lock()
@@ -571,6 +589,9 @@ func (w *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
 func (w *QP) PostSend(wr qp.SendWR) error {
 	w.ep.mu.Lock()
 	defer w.ep.mu.Unlock()
+	if w.ep.closed {
+		return ErrClosed
+	}
 	if err := w.q.PostSend(wr); err != nil {
 		return err
 	}
@@ -582,6 +603,9 @@ func (w *QP) PostSend(wr qp.SendWR) error {
 func (w *QP) PostRecv(wr qp.RecvWR) error {
 	w.ep.mu.Lock()
 	defer w.ep.mu.Unlock()
+	if w.ep.closed {
+		return ErrClosed
+	}
 	if err := w.q.PostRecv(wr); err != nil {
 		return err
 	}
