@@ -191,6 +191,9 @@ func (w *wire) runUntil(done func() bool) {
 			return
 		}
 		if !w.step() {
+			if done != nil {
+				done() // the last step may have completed something
+			}
 			return
 		}
 	}
