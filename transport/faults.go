@@ -238,7 +238,7 @@ func ParseFault(spec string) (*FaultRule, error) {
 			}
 		case "prob":
 			p, err := strconv.ParseFloat(v, 64)
-			if err != nil || p <= 0 || p > 1 {
+			if err != nil || !(p > 0 && p <= 1) { // also refuses NaN
 				return nil, fmt.Errorf("fault %q: prob must be in (0, 1]", spec)
 			}
 			r.Prob = p

@@ -41,9 +41,21 @@ func (n *netFlags) register(fs *flag.FlagSet, defaultBind string) {
 	fs.BoolVar(&n.icrc, "verify-icrc", false, "check the ICRC of received packets assuming the sender's IP ID is 0 (true of roce-emu peers, not of rxe)")
 }
 
+// check validates the flags (a bad value is a usage error: exit 2).
+func (n *netFlags) check() error {
+	if _, err := netip.ParseAddr(n.bind); err != nil {
+		return fmt.Errorf("--bind %q: not an IP address", n.bind)
+	}
+	if n.udpPort == 0 || n.udpPort > 65535 {
+		return fmt.Errorf("--udp-port %d: must be 1-65535", n.udpPort)
+	}
+	_, err := n.faultSet()
+	return err
+}
+
 // faultSet builds the fault rules the flags ask for.
 func (n *netFlags) faultSet() (*transport.Faults, error) {
-	if n.loss < 0 || n.loss > 1 {
+	if !(n.loss >= 0 && n.loss <= 1) { // also refuses NaN
 		return nil, fmt.Errorf("--loss %g: must be between 0 and 1", n.loss)
 	}
 	f := transport.NewFaults(n.seed)

@@ -49,7 +49,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	mtu, err := mtuFlag(*mtuBytes)
-	if err == nil && (*loss < 0 || *loss >= 1) {
+	if err == nil && !(*loss >= 0 && *loss < 1) { // also refuses NaN
 		err = fmt.Errorf("--loss %g: must be at least 0 and below 1", *loss)
 	}
 	if err == nil && (*count < 1 || *count > 1000) {
@@ -74,6 +74,12 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "roce-emu demo: %v\n", err)
 		return 2
 	}
+	for _, s := range []string{*addrA, *addrB} {
+		if _, err := netip.ParseAddr(s); err != nil {
+			fmt.Fprintf(stderr, "roce-emu demo: %q is not an IP address\n", s)
+			return 2
+		}
+	}
 	if err := demo(*addrA, *addrB, uint16(*port), *pcapFile, *loss, rules, mtu, *count, *seed, stdout); err != nil {
 		fmt.Fprintf(stderr, "roce-emu demo: %v\n", err)
 		return 1
@@ -95,23 +101,34 @@ func demo(a, b string, port uint16, pcapFile string, loss float64, rules []*tran
 	maxSize := sizes[len(sizes)-1]
 	faults := transport.NewFaults(seed)
 	var capture *pcap.Writer
-	if pcapFile != "" {
-		var err error
-		if capture, err = pcap.Create(pcapFile); err != nil {
-			return fmt.Errorf("--pcap: %v", err)
-		}
-		defer capture.Close()
-	}
 	var peers [2]*demoPeer
+	var conns [2]transport.Conn
 	for i, s := range []string{a, b} {
 		addr, err := netip.ParseAddr(s)
 		if err != nil {
 			return fmt.Errorf("%q is not an IP address", s)
 		}
-		conn, err := transport.ListenUDP(netip.AddrPortFrom(addr, port), transport.UDPOptions{})
+		conns[i], err = transport.ListenUDP(netip.AddrPortFrom(addr, port), transport.UDPOptions{})
 		if err != nil {
+			if i == 1 {
+				conns[0].Close()
+			}
 			return fmt.Errorf("cannot listen on %s UDP port %d (is another RoCEv2 peer using it? try --udp-port): %v", addr, port, err)
 		}
+	}
+	// The capture file is created only now, so that a failed start leaves
+	// an earlier capture alone.
+	if pcapFile != "" {
+		var err error
+		if capture, err = pcap.Create(pcapFile); err != nil {
+			conns[0].Close()
+			conns[1].Close()
+			return fmt.Errorf("--pcap: %v", err)
+		}
+		defer capture.Close()
+	}
+	for i := range conns {
+		conn := conns[i]
 		opts := transport.Options{ICRC: transport.ICRCAssumeID0, DSCP: 26, LocalMAC: [6]byte{2, 0, 0, 0, 0, byte(0xa + i)}, RemoteMAC: [6]byte{2, 0, 0, 0, 0, byte(0xb - i)}}
 		if i == 0 {
 			opts.Capture, opts.Faults = capture, faults
@@ -189,7 +206,13 @@ func demo(a, b string, port uint16, pcapFile string, loss float64, rules []*tran
 		if err := capture.Flush(); err != nil {
 			return fmt.Errorf("writing %s: %v", pcapFile, err)
 		}
-		fmt.Fprintf(out, "capture: %s (read it with: roce-emu decode %s, or tshark -r %s)\n", pcapFile, pcapFile, pcapFile)
+		portFlag, tsharkPort := "", ""
+		if port != bth.UDPPort {
+			portFlag = fmt.Sprintf("--udp-port %d ", port)
+			tsharkPort = fmt.Sprintf(" -o infiniband.rroce.port:%d", port)
+		}
+		fmt.Fprintf(out, "capture: %s (read it with: roce-emu decode %s%s, or tshark%s -r %s); it shows packets as they\n", pcapFile, portFlag, pcapFile, tsharkPort, pcapFile)
+		fmt.Fprintln(out, "arrived, so it also holds the ones the injected loss then dropped on the way in.")
 	}
 	return nil
 }

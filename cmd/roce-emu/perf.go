@@ -135,6 +135,9 @@ func (f *perfFlags) check() (qp.WROpcode, qp.MTU, error) {
 		return 0, 0, fmt.Errorf("-p %d: TCP port must be 1-65535", f.port)
 	}
 	m, err := mtuFlag(f.mtu)
+	if err == nil {
+		err = f.netFlags.check()
+	}
 	return op, m, err
 }
 
@@ -484,22 +487,39 @@ func (r *perfRun) lat(client bool, out io.Writer) error {
 		}
 		return nil
 	}
-	waitFor := func(want qp.WCOpcode) error {
-		for {
-			cs, err := r.poll(wc[:1])
+	// Completions of a ping-pong can come in either order: when an ACK is
+	// lost, the peer's reply may arrive before our send completes. sends
+	// and recvs count completions not yet consumed.
+	sends, recvs := 0, 0
+	await := func(wantSend, wantRecv bool) error {
+		for (wantSend && sends == 0) || (wantRecv && recvs == 0) {
+			cs, err := r.poll(wc)
 			if err != nil {
 				return err
 			}
-			if cs[0].Opcode == want || (want == qp.IBV_WC_RECV && cs[0].Opcode == qp.IBV_WC_RECV_RDMA_WITH_IMM) {
-				if want == qp.IBV_WC_RECV {
-					return repost()
+			for _, c := range cs {
+				switch c.Opcode {
+				case qp.IBV_WC_RECV, qp.IBV_WC_RECV_RDMA_WITH_IMM:
+					recvs++
+					if err := repost(); err != nil {
+						return err
+					}
+				default:
+					sends++
 				}
-				return nil
-			}
-			if cs[0].Opcode == qp.IBV_WC_RECV || cs[0].Opcode == qp.IBV_WC_RECV_RDMA_WITH_IMM {
-				return fmt.Errorf("a message came before the previous send completed")
 			}
 		}
+		if wantSend {
+			sends--
+		}
+		if wantRecv {
+			recvs--
+		}
+		return nil
+	}
+	waitFor := func(want qp.WCOpcode) error {
+		recv := want == qp.IBV_WC_RECV
+		return await(!recv, recv)
 	}
 	if r.op == qp.IBV_WR_RDMA_READ {
 		if !client {

@@ -87,3 +87,12 @@ func TestPerfBadFlags(t *testing.T) {
 		assert.NotEmpty(t, e.String())
 	}
 }
+
+// A lost ACK lets the peer's reply arrive before our send completes; the
+// latency test must take completions in either order.
+func TestLatUnderLoss(t *testing.T) {
+	for _, op := range []string{"send", "write"} {
+		c, _ := runPerfPair(t, "lat", "-o", op, "-n", "60", "--fault", "drop:dir=in,opcode=ACKNOWLEDGE,nth=3", "--timeout", "30s")
+		assert.Regexp(t, `\n 2 +60 +[0-9.]+ `, c, op)
+	}
+}

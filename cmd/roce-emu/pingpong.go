@@ -73,15 +73,17 @@ func (f *pingpongFlags) check() error {
 		return fmt.Errorf("-s %d: size must be 0 to 2^31", f.size)
 	case f.iters < 1:
 		return fmt.Errorf("-n %d: need at least one iteration", f.iters)
-	case f.rxDepth < 2:
-		return fmt.Errorf("-r %d: receive depth must be at least 2", f.rxDepth)
+	case f.rxDepth < 2 || f.rxDepth > 16384:
+		return fmt.Errorf("-r %d: receive depth must be 2-16384", f.rxDepth)
 	case f.gidIdx < 0 || f.gidIdx > 1:
 		return fmt.Errorf("-g %d: roce-emu has GID indexes 0 and 1 (both the --bind address)", f.gidIdx)
 	case f.port < 1 || f.port > 65535:
 		return fmt.Errorf("-p %d: TCP port must be 1-65535", f.port)
 	}
-	_, err := mtuFlag(f.mtu)
-	return err
+	if _, err := mtuFlag(f.mtu); err != nil {
+		return err
+	}
+	return f.netFlags.check()
 }
 
 func runServer(args []string, stdout, stderr io.Writer) int {
@@ -312,7 +314,10 @@ func serverExchange(ctx context.Context, port int, local peer, connect func(peer
 	go func() { <-ctx.Done(); l.Close() }()
 	c, err := l.Accept()
 	if err != nil {
-		return fmt.Errorf("no client came: %v", err)
+		if ctx.Err() != nil {
+			return fmt.Errorf("no client connected to TCP port %d within --timeout", port)
+		}
+		return fmt.Errorf("waiting for a client on TCP port %d: %v", port, err)
 	}
 	defer c.Close()
 	if dl, ok := ctx.Deadline(); ok {
