@@ -25,7 +25,7 @@ import (
 // and sent.
 func TestUDPSwitchDCQCN(t *testing.T) {
 	recvAddr := netip.MustParseAddr("127.0.0.2")
-	rc, err := ListenUDP(netip.AddrPortFrom(recvAddr, 0), UDPOptions{})
+	rc, err := ListenUDP(netip.AddrPortFrom(recvAddr, 0), UDPOptions{EphemeralPort: true})
 	require.NoError(t, err)
 	capFile := filepath.Join(t.TempDir(), "receiver.pcap")
 	w, err := pcap.Create(capFile)
@@ -35,7 +35,7 @@ func TestUDPSwitchDCQCN(t *testing.T) {
 
 	var senderConns []Conn
 	for _, a := range []string{"127.0.0.1", "127.0.0.3"} {
-		c, err := ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(a), 0), UDPOptions{})
+		c, err := ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(a), 0), UDPOptions{EphemeralPort: true})
 		require.NoError(t, err)
 		senderConns = append(senderConns, c)
 	}

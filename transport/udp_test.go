@@ -18,7 +18,7 @@ import (
 func udpPair(t testing.TB) [2]Conn {
 	var conns [2]Conn
 	for i, a := range []string{"127.0.0.1", "127.0.0.2"} {
-		c, err := ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(a), 0), UDPOptions{TOS: bth.TrafficClass(26, bth.ECT0)})
+		c, err := ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(a), 0), UDPOptions{TOS: bth.TrafficClass(26, bth.ECT0), EphemeralPort: true})
 		require.NoError(t, err)
 		conns[i] = c
 	}
@@ -100,7 +100,7 @@ func TestUDPDropsForeignSource(t *testing.T) {
 	conns := udpPair(t)
 	s := connect(t, conns, defaultPair())
 	// A third socket sends a valid-looking packet to B's QP: B must drop it.
-	c3, err := ListenUDP(netip.MustParseAddrPort("127.0.0.3:0"), UDPOptions{})
+	c3, err := ListenUDP(netip.MustParseAddrPort("127.0.0.3:0"), UDPOptions{EphemeralPort: true})
 	require.NoError(t, err)
 	defer c3.Close()
 	p := bth.Packet{BTH: bth.BTH{Opcode: bth.RCSendOnly, PKey: 0xFFFF, DestQP: s[1].qp.QPN(), PSN: 0x1000}, Payload: []byte("x")}

@@ -25,7 +25,7 @@ func run() error {
 	var cqs [2]*transport.CQ
 	var pds [2]*transport.PD
 	for i, addr := range []string{"127.0.0.1:0", "127.0.0.2:0"} {
-		conn, err := transport.ListenUDP(netip.MustParseAddrPort(addr), transport.UDPOptions{})
+		conn, err := transport.ListenUDP(netip.MustParseAddrPort(addr), transport.UDPOptions{EphemeralPort: true})
 		if err != nil {
 			return err
 		}

@@ -21,13 +21,14 @@ func main() {
 
 func run() error {
 	ctx := context.Background()
-	// Two endpoints, as two hosts would have; port 0 lets the kernel pick.
+	// Two endpoints, as two hosts would have. Port 0 with EphemeralPort lets
+	// the kernel pick free ports; peers on real hosts use 4791.
 	var eps [2]*transport.Endpoint
 	var qps [2]*transport.QP
 	var cqs [2]*transport.CQ
 	var pds [2]*transport.PD
 	for i, addr := range []string{"127.0.0.1:0", "127.0.0.2:0"} {
-		conn, err := transport.ListenUDP(netip.MustParseAddrPort(addr), transport.UDPOptions{})
+		conn, err := transport.ListenUDP(netip.MustParseAddrPort(addr), transport.UDPOptions{EphemeralPort: true})
 		if err != nil {
 			return err
 		}
