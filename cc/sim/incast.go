@@ -44,7 +44,7 @@ type Sample struct {
 
 // Result is what an incast produced.
 type Result struct {
-	Samples []Sample
+	Samples []Sample `json:"-"` // in the CSV and the plot, not in the JSON summary
 	// PerFlowGbps is each flow's delivered throughput over the last half
 	// of the run, in Gb/s.
 	PerFlowGbps []float64 `json:"per_flow_gbps"`
