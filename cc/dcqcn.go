@@ -145,6 +145,26 @@ func (p *Params) Check() error {
 	return nil
 }
 
+// Algorithm is the sender side of a congestion control algorithm, as a QP
+// drives it: it is told about CNPs and bytes sent, runs its timers when its
+// deadline comes, and gives the rate the QP's pacer keeps to. DCQCN's
+// ReactionPoint is one; other algorithms can take its place in
+// qp.InitAttr.CCAlgorithm.
+type Algorithm interface {
+	// OnCNP handles a CNP and reports whether it acted on it (false: it
+	// was ignored, e.g. inside DCQCN's rate_reduce_monitor_period).
+	OnCNP(now time.Time) bool
+	// OnSent counts bytes sent (whole packets).
+	OnSent(now time.Time, n int)
+	// Rate is the rate to send at now.
+	Rate() Rate
+	// Deadline is when OnTimeout must next run; zero for never.
+	Deadline() time.Time
+	OnTimeout(now time.Time)
+}
+
+var _ Algorithm = (*ReactionPoint)(nil)
+
 // ReactionPoint is DCQCN's sender side for one QP (the paper's Algorithm 1
 // and ns3-rdma's qbb-net-device.cc): CNPs cut the current rate RC; the
 // alpha timer, the rate-increase timer and the byte counter bring it back
@@ -194,12 +214,14 @@ func (r *ReactionPoint) Alpha() float64 { return r.alpha }
 // Params returns the parameters.
 func (r *ReactionPoint) Params() Params { return r.p }
 
-// OnCNP handles a CNP for the QP at time now.
-func (r *ReactionPoint) OnCNP(now time.Time) {
+// OnCNP handles a CNP for the QP at time now. It returns false when the
+// CNP came inside rate_reduce_monitor_period of the last cut and was
+// ignored.
+func (r *ReactionPoint) OnCNP(now time.Time) bool {
 	if r.cut && r.p.RateReduceMonitorPeriod > 0 && now.Sub(r.lastCut) < r.p.RateReduceMonitorPeriod {
 		r.CNPIgnored++
 		r.cnpInPeriod = true
-		return
+		return false
 	}
 	r.CNPHandled++
 	r.Cuts++
@@ -224,6 +246,7 @@ func (r *ReactionPoint) OnCNP(now time.Time) {
 	r.lastCut = now
 	r.alphaAt = now.Add(r.p.AlphaPeriod)
 	r.increaseAt = now.Add(r.p.TimeReset)
+	return true
 }
 
 // OnSent counts bytes the QP sent, for the byte counter.

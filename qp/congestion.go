@@ -10,7 +10,7 @@ import (
 // congestion is a QP's DCQCN state (package cc): the reaction point and
 // pacer of what it sends, and the notification point of what it receives.
 type congestion struct {
-	rp        *cc.ReactionPoint
+	rp        cc.Algorithm
 	np        *cc.NotificationPoint
 	pacer     *cc.Pacer
 	paceUntil time.Time // the pacer holds the next packet until then
@@ -21,22 +21,30 @@ type congestion struct {
 // IPv4, UDP, BTH, ICRC): the pacer spends tokens for whole packets.
 const pktOverhead = 58
 
-func newCongestion(p *cc.Params) (*congestion, error) {
-	rp, err := cc.NewReactionPoint(*p)
-	if err != nil {
-		return nil, err
+// newCongestion sets up DCQCN from p, or, when alg is not nil, that
+// algorithm as the sender side with p's notification point and line rate.
+func newCongestion(p *cc.Params, alg cc.Algorithm) (*congestion, error) {
+	if alg == nil {
+		rp, err := cc.NewReactionPoint(*p)
+		if err != nil {
+			return nil, err
+		}
+		alg = rp
 	}
-	return &congestion{rp: rp, np: cc.NewNotificationPoint(p.MinTimeBetweenCNPs),
+	return &congestion{rp: alg, np: cc.NewNotificationPoint(p.MinTimeBetweenCNPs),
 		pacer: cc.NewPacer(p.LineRate, 2*(4096+pktOverhead))}, nil
 }
 
-// CCState returns the QP's current DCQCN rate and alpha; ok is false when
-// the QP has no congestion control.
+// CCState returns the QP's current rate and, for DCQCN, alpha; ok is
+// false when the QP has no congestion control.
 func (q *QP) CCState() (rate cc.Rate, alpha float64, ok bool) {
 	if q.cc == nil {
 		return 0, 0, false
 	}
-	return q.cc.rp.Rate(), q.cc.rp.Alpha(), true
+	if a, is := q.cc.rp.(interface{ Alpha() float64 }); is {
+		alpha = a.Alpha()
+	}
+	return q.cc.rp.Rate(), alpha, true
 }
 
 // CCLowestRate returns the lowest rate DCQCN has cut this QP to (the line
@@ -45,7 +53,10 @@ func (q *QP) CCLowestRate() cc.Rate {
 	if q.cc == nil {
 		return 0
 	}
-	return q.cc.rp.Lowest()
+	if l, is := q.cc.rp.(interface{ Lowest() cc.Rate }); is {
+		return l.Lowest()
+	}
+	return q.cc.rp.Rate()
 }
 
 // notify is the notification point: a CE-marked packet this QP receives

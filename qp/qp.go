@@ -51,6 +51,9 @@ type InitAttr struct {
 	// pacer for what it sends, and a notification point that answers
 	// CE-marked packets with CNPs. CC.LineRate is the port speed.
 	CC *cc.Params
+	// CCAlgorithm, with CC set, replaces DCQCN's reaction point by another
+	// algorithm (CC still gives the line rate and the CNP interval).
+	CCAlgorithm cc.Algorithm
 }
 
 // AddressVector is where a QP's packets go (ibv_ah_attr with its GRH),
@@ -175,7 +178,7 @@ func New(init InitAttr) (*QP, error) {
 	q := &QP{QPN: init.QPN, pd: init.PD, scq: init.SendCQ, rcq: init.RecvCQ, sigAll: init.SQSigAll,
 		strict: init.StrictRetryCount, maxSend: init.MaxSendWR, maxRecv: init.MaxRecvWR}
 	if init.CC != nil {
-		c, err := newCongestion(init.CC)
+		c, err := newCongestion(init.CC, init.CCAlgorithm)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrBadAttr, err)
 		}
@@ -483,12 +486,10 @@ func (q *QP) HandlePacket(now time.Time, p *bth.Packet, ecn bth.ECN) {
 	if op == bth.CNP {
 		// A CNP for this QP's data (reaction point).
 		if q.cc != nil && p.BTH.PKey&0x7FFF == q.attr.PKey&0x7FFF {
-			before := q.cc.rp.CNPIgnored
-			q.cc.rp.OnCNP(now)
-			if q.cc.rp.CNPIgnored > before {
-				q.Counters.RPCNPIgnored++
-			} else {
+			if q.cc.rp.OnCNP(now) {
 				q.Counters.RPCNPHandled++
+			} else {
+				q.Counters.RPCNPIgnored++
 			}
 		} else {
 			q.Counters.Dropped++
