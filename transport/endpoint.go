@@ -627,6 +627,18 @@ func (w *QP) Destroy() {
 	}
 }
 
+// Locked runs f with the Endpoint's lock held, so that what f does to
+// registered memory happens between two of the Endpoint's events: the
+// Endpoint neither reads nor writes memory meanwhile. Use it to rewrite a
+// buffer a peer may still read (a late duplicate READ request is answered
+// from memory even after the READ completed at the peer). f must not call
+// the Endpoint's methods.
+func (ep *Endpoint) Locked(f func()) {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	f()
+}
+
 // Sync waits until the Endpoint is between two events. Memory a remote
 // peer wrote with RDMA WRITE before this side saw a completion for
 // something later (an ACK to the peer, say) is then safe to read: in Go's

@@ -227,14 +227,16 @@ func demoRound(A, B *demoPeer, op qp.WROpcode, n, count int) error {
 	if op == qp.IBV_WR_RDMA_READ {
 		src, dst = B, A
 	}
-	src.ep.Sync()
-	dst.ep.Sync()
-	for i := range count * n {
-		src.buf[i] = byte(i*7) ^ byte(i>>10) ^ stamp
-		dst.buf[i] = ^src.buf[i]
-	}
-	src.ep.Sync()
-	dst.ep.Sync()
+	// Both endpoints are held while the buffers change: a peer may still
+	// answer a late duplicate READ from them.
+	src.ep.Locked(func() {
+		dst.ep.Locked(func() {
+			for i := range count * n {
+				src.buf[i] = byte(i*7) ^ byte(i>>10) ^ stamp
+				dst.buf[i] = ^src.buf[i]
+			}
+		})
+	})
 	for i := range count {
 		off := i * n
 		switch op {
@@ -260,9 +262,11 @@ func demoRound(A, B *demoPeer, op qp.WROpcode, n, count int) error {
 			return fmt.Errorf("B: %v", err)
 		}
 	}
-	src.ep.Sync()
-	dst.ep.Sync()
-	if !bytes.Equal(src.buf[:count*n], dst.buf[:count*n]) {
+	var same bool
+	src.ep.Locked(func() {
+		dst.ep.Locked(func() { same = bytes.Equal(src.buf[:count*n], dst.buf[:count*n]) })
+	})
+	if !same {
 		return fmt.Errorf("data differs after %s", op)
 	}
 	return nil
@@ -295,9 +299,7 @@ func expect(ctx context.Context, cq *transport.CQ, n int) error {
 func demoAtomics(A, B *demoPeer, count int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	B.ep.Sync()
-	binary.LittleEndian.PutUint64(B.buf[0:8], 1000)
-	B.ep.Sync()
+	B.ep.Locked(func() { binary.LittleEndian.PutUint64(B.buf[0:8], 1000) })
 	for i := range count {
 		if err := A.qp.PostSend(qp.SendWR{WRID: uint64(i), Opcode: qp.IBV_WR_ATOMIC_FETCH_AND_ADD, SGEs: []qp.SGE{A.mr.SGE(8*i, 8)},
 			RemoteAddr: B.mr.VA, RKey: B.mr.RKey, CompareAdd: 3}); err != nil {
