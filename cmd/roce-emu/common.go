@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/roce-emu/roce-emu/bth"
+	"github.com/roce-emu/roce-emu/cc"
 	"github.com/roce-emu/roce-emu/pcap"
 	"github.com/roce-emu/roce-emu/qp"
 	"github.com/roce-emu/roce-emu/transport"
@@ -174,3 +176,28 @@ func describeCounters(c qp.Counters) string {
 }
 
 func since(t time.Time) float64 { return time.Since(t).Seconds() }
+
+// parseFlags parses args, printing the usage on -h. It returns the exit
+// code to end with and false when the command should not go on (help: 0;
+// a bad flag: 2, the flag package having said why).
+func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	return 0, true
+}
+
+// queueFlags registers the congestion-point queue flags shared by dcqcn
+// and switch.
+func queueFlags(fs *flag.FlagSet, q *cc.QueueConfig) {
+	fs.IntVar(&q.KMin, "kmin", q.KMin, "WRED-ECN Kmin in `bytes`")
+	fs.IntVar(&q.KMax, "kmax", q.KMax, "WRED-ECN Kmax in `bytes`")
+	fs.Float64Var(&q.PMax, "pmax", q.PMax, "WRED-ECN marking `probability` at Kmax")
+	fs.IntVar(&q.Buffer, "buffer", q.Buffer, "buffer in `bytes` (tail drop beyond it)")
+	fs.BoolVar(&q.PFC, "pfc", false, "pause (dcqcn) or hold (switch) above XOFF instead of dropping")
+	fs.IntVar(&q.XOFF, "xoff", q.XOFF, "PFC XOFF threshold in `bytes`")
+	fs.IntVar(&q.XON, "xon", q.XON, "PFC XON threshold in `bytes`")
+}

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/csv"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"image/color"
@@ -36,13 +35,7 @@ func runDCQCN(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&params, "param", "set one parameter by its mlx5 name, NAME=VALUE (repeatable), e.g. rpg_ai_rate=10 or rpg_time_reset=55us; names: "+strings.Join(cc.ParamNames(), ", "))
 	ccName := fs.String("cc", "dcqcn", "congestion control: dcqcn or none")
 	q := cc.DefaultQueue(0)
-	fs.IntVar(&q.KMin, "kmin", q.KMin, "WRED-ECN Kmin in `bytes`")
-	fs.IntVar(&q.KMax, "kmax", q.KMax, "WRED-ECN Kmax in `bytes`")
-	fs.Float64Var(&q.PMax, "pmax", q.PMax, "WRED-ECN marking `probability` at Kmax")
-	fs.IntVar(&q.Buffer, "buffer", q.Buffer, "switch buffer in `bytes` (tail drop beyond it)")
-	fs.BoolVar(&q.PFC, "pfc", false, "pause the senders above XOFF instead of dropping")
-	fs.IntVar(&q.XOFF, "xoff", q.XOFF, "PFC XOFF threshold in `bytes`")
-	fs.IntVar(&q.XON, "xon", q.XON, "PFC XON threshold in `bytes`")
+	queueFlags(fs, &q)
 	mtu := fs.Int("mtu", 1024, "payload `bytes` per packet")
 	delay := fs.Duration("delay", time.Microsecond, "one-way delay of each hop")
 	sample := fs.Duration("sample", 0, "sampling interval of the CSV and plot (default duration/1000)")
@@ -60,11 +53,8 @@ func runDCQCN(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "roce-emu dcqcn: "+format+"\n", a...)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -170,11 +169,8 @@ func runPerf(kind string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() > 1 {
 		fmt.Fprintf(stderr, "roce-emu %s: unexpected argument %q\n", kind, fs.Arg(1))

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -26,13 +25,7 @@ func runSwitch(args []string, stdout, stderr io.Writer) int {
 	receiver := fs.String("receiver", "", "the receiver's `address:port` (its RoCEv2 UDP port)")
 	rate := fs.String("rate", "1", "egress line `rate` (Gb/s, or 100Mbps)")
 	q := cc.DefaultQueue(0)
-	fs.IntVar(&q.KMin, "kmin", q.KMin, "WRED-ECN Kmin in `bytes`")
-	fs.IntVar(&q.KMax, "kmax", q.KMax, "WRED-ECN Kmax in `bytes`")
-	fs.Float64Var(&q.PMax, "pmax", q.PMax, "WRED-ECN marking `probability` at Kmax")
-	fs.IntVar(&q.Buffer, "buffer", q.Buffer, "egress buffer in `bytes` (tail drop beyond it)")
-	fs.BoolVar(&q.PFC, "pfc", false, "hold datagrams above XOFF instead of dropping (a userspace stand-in for PFC pauses)")
-	fs.IntVar(&q.XOFF, "xoff", q.XOFF, "PFC XOFF threshold in `bytes`")
-	fs.IntVar(&q.XON, "xon", q.XON, "PFC XON threshold in `bytes`")
+	queueFlags(fs, &q)
 	dur := fs.Duration("duration", 0, "stop after this long (default: until interrupted)")
 	every := fs.Duration("stats", 0, "print the counters this often (default: only at the end)")
 	asJSON := fs.Bool("json", false, "print the counters as JSON")
@@ -46,11 +39,8 @@ func runSwitch(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "roce-emu switch: "+format+"\n", a...)
