@@ -71,9 +71,19 @@ const (
 //     rpg_hai_rate 50 Mb/s, dce_tcp_g 1019, dce_tcp_rtt 1 us,
 //     rpg_min_dec_fac 50, rpg_min_rate 1 Mb/s, rate_reduce_monitor_period
 //     4 us, initial_alpha_value 1023, min_time_between_cnps 4 us);
-//   - "hpcc": the "production" DCQCN of HPCC's ns-3 (t_alpha 1 us, t_dec
-//     4 us, t_inc 300 us, g 1/256, R_AI 5 Mb/s and R_HAI 50 Mb/s scaled by
-//     line rate / 25 Gb/s, alpha 1 on the first CNP, byte counter off).
+//   - "hpcc": the values of HPCC's ns-3 "production" DCQCN (t_alpha 1 us,
+//     t_dec 4 us, t_inc 300 us, g 1/256, R_AI 5 Mb/s and R_HAI 50 Mb/s
+//     scaled by line rate / 25 Gb/s, alpha 1 on the first CNP, byte counter
+//     off), run by this package's rules: its stages follow ns3-rdma, not
+//     HPCC's rdma-hw.cc (which checks the stage before counting it, and
+//     whose hyper step does not grow), and CNPs inside t_dec are ignored
+//     where HPCC applies them at the next check.
+//
+// The minimum rate of paper and hpcc is 100 Mb/s, or 1% of a slower line.
+// The mlx5 values are NVIDIA's defaults as DOCA names them, but how the NIC
+// uses dce_tcp_g (here g = dce_tcp_g/1024 applied per dce_tcp_rtt) was not
+// checked against a NIC: with g = 1019/1024 alpha forgets a CNP within
+// microseconds and every cut is close to a halving.
 func Profile(name string, lineRate Rate) (Params, error) {
 	if lineRate <= 0 {
 		return Params{}, fmt.Errorf("cc: line rate %v must be positive", lineRate)
@@ -81,7 +91,7 @@ func Profile(name string, lineRate Rate) (Params, error) {
 	p := Params{LineRate: lineRate, ClampTargetRate: true, CNPDSCP: 48, MinDecFac: 0}
 	switch name {
 	case ProfilePaper:
-		p.MinRate = 100 * Mbps
+		p.MinRate = min(100*Mbps, lineRate/100)
 		p.G = 1.0 / 256
 		p.InitialAlpha = 1
 		p.AlphaPeriod = 55 * time.Microsecond
@@ -106,7 +116,7 @@ func Profile(name string, lineRate Rate) (Params, error) {
 		p.MinTimeBetweenCNPs = 4 * time.Microsecond
 	case ProfileHPCC:
 		scale := float64(lineRate / (25 * Gbps))
-		p.MinRate = 100 * Mbps
+		p.MinRate = min(100*Mbps, lineRate/100)
 		p.G = 1.0 / 256
 		p.InitialAlpha = 1
 		p.AlphaPeriod = time.Microsecond
@@ -122,25 +132,43 @@ func Profile(name string, lineRate Rate) (Params, error) {
 	return p, nil
 }
 
-// Check reports parameters that cannot work.
+// finite reports whether x is a finite number (not NaN or infinite).
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+// MaxLineRate is the fastest line rate the package accepts (10 Tb/s): a
+// packet at a faster rate would take less than a nanosecond.
+const MaxLineRate = 10000 * Gbps
+
+// Check reports parameters that cannot work: non-finite numbers, rates out
+// of (0, line rate], timers under 100 ns.
 func (p *Params) Check() error {
+	for _, x := range []float64{float64(p.LineRate), float64(p.MinRate), p.G, p.InitialAlpha, float64(p.AIRate),
+		float64(p.HAIRate), p.MinDecFac, float64(p.RateOnFirstCNP)} {
+		if !finite(x) {
+			return fmt.Errorf("cc: parameters must be finite numbers (got %v)", x)
+		}
+	}
 	switch {
-	case p.LineRate <= 0:
-		return fmt.Errorf("cc: line rate must be positive")
-	case p.MinRate <= 0 || p.MinRate > p.LineRate:
+	case !(p.LineRate > 0) || p.LineRate > MaxLineRate:
+		return fmt.Errorf("cc: line rate %v must be positive and at most %v", p.LineRate, MaxLineRate)
+	case !(p.MinRate > 0) || p.MinRate > p.LineRate:
 		return fmt.Errorf("cc: min rate %v must be in (0, line rate %v]", p.MinRate, p.LineRate)
-	case p.G <= 0 || p.G > 1:
+	case !(p.G > 0) || p.G > 1:
 		return fmt.Errorf("cc: g %g must be in (0, 1]", p.G)
-	case p.InitialAlpha < 0 || p.InitialAlpha > 1:
+	case !(p.InitialAlpha >= 0) || p.InitialAlpha > 1:
 		return fmt.Errorf("cc: initial alpha %g must be in [0, 1]", p.InitialAlpha)
-	case p.AlphaPeriod <= 0 || p.TimeReset <= 0:
-		return fmt.Errorf("cc: the alpha period and the rate-increase timer must be positive")
+	case p.AlphaPeriod < 100*time.Nanosecond || p.TimeReset < 100*time.Nanosecond:
+		return fmt.Errorf("cc: the alpha period and the rate-increase timer must be at least 100ns")
 	case p.ByteReset < 0 || p.Threshold < 1:
 		return fmt.Errorf("cc: byte reset must be >= 0 and the threshold F >= 1")
-	case p.AIRate < 0 || p.HAIRate < 0:
-		return fmt.Errorf("cc: increase steps must not be negative")
+	case p.AIRate < 0 || p.HAIRate < 0 || p.AIRate > p.LineRate || p.HAIRate > p.LineRate:
+		return fmt.Errorf("cc: increase steps must be in [0, line rate]")
 	case p.MinDecFac < 0 || p.MinDecFac > 100:
 		return fmt.Errorf("cc: rpg_min_dec_fac %g must be a percentage", p.MinDecFac)
+	case p.RateOnFirstCNP < 0 || p.RateOnFirstCNP > p.LineRate:
+		return fmt.Errorf("cc: rate_to_set_on_first_cnp %v must be at most the line rate %v", p.RateOnFirstCNP, p.LineRate)
+	case p.MinTimeBetweenCNPs < 0 || p.RateReduceMonitorPeriod < 0:
+		return fmt.Errorf("cc: CNP interval and monitor period must not be negative")
 	}
 	return nil
 }
@@ -306,10 +334,10 @@ func (r *ReactionPoint) OnTimeout(now time.Time) {
 func (r *ReactionPoint) increase() {
 	r.Increases++
 	F := r.p.Threshold
+	// With the byte counter off its stage stays 0: after F timer events
+	// the increase is additive for good, as with an idle byte counter in
+	// ns3-rdma.
 	lo, hi := min(r.tStage, r.bStage), max(r.tStage, r.bStage)
-	if r.p.ByteReset == 0 {
-		lo, hi = r.tStage, r.tStage // timer only
-	}
 	switch {
 	case hi < F: // fast recovery
 	case lo >= F: // hyper increase

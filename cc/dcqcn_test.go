@@ -1,6 +1,7 @@
 package cc
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -190,4 +191,46 @@ func TestParamsSet(t *testing.T) {
 	assert.Equal(t, 40*Gbps, r)
 	r, _ = ParseRate("100Mbps")
 	assert.Equal(t, 100*Mbps, r)
+}
+
+func TestCheckRefusesNonsense(t *testing.T) {
+	base, _ := Profile(ProfilePaper, 40*Gbps)
+	nan := math.NaN()
+	for name, mod := range map[string]func(p *Params){
+		"NaN g":               func(p *Params) { p.G = nan },
+		"NaN alpha":           func(p *Params) { p.InitialAlpha = nan },
+		"NaN min rate":        func(p *Params) { p.MinRate = Rate(nan) },
+		"NaN AI":              func(p *Params) { p.AIRate = Rate(nan) },
+		"first CNP over line": func(p *Params) { p.RateOnFirstCNP = 100 * Gbps },
+		"1ns timer":           func(p *Params) { p.TimeReset = time.Nanosecond },
+		"line rate 1 Pb/s":    func(p *Params) { p.LineRate = 1e15 },
+	} {
+		p := base
+		mod(&p)
+		assert.Error(t, p.Check(), name)
+	}
+	q := DefaultQueue(40 * Gbps)
+	q.PFC, q.XOFF = true, q.Buffer
+	assert.Error(t, q.Check(), "PFC without headroom above XOFF")
+	q = DefaultQueue(Rate(nan))
+	assert.Error(t, q.Check())
+}
+
+// With the byte counter off its stage stays 0, so after F timer events
+// the increase is additive, never hyper.
+func TestByteCounterOffIsAdditive(t *testing.T) {
+	p, _ := Profile(ProfilePaper, 40*Gbps)
+	p.ByteReset = 0
+	r, _ := NewReactionPoint(p)
+	r.OnCNP(t0)
+	r.OnCNP(t0.Add(time.Microsecond))
+	prev := r.Target()
+	for i := range 12 {
+		r.OnTimeout(r.Deadline())
+		step := r.Target() - prev
+		prev = r.Target()
+		if i >= 4 && i < 10 {
+			assert.InDelta(t, float64(p.AIRate), float64(step), 1, "timer event %d is additive", i+1)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package cc
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 )
 
@@ -20,6 +21,10 @@ type QueueConfig struct {
 	PFC       bool
 	XOFF, XON int
 }
+
+// PFCHeadroom is the buffer PFC must keep above XOFF for the packets still
+// arriving after a pause is sent.
+const PFCHeadroom = 64 << 10
 
 // DefaultQueue is a common switch configuration: WRED min 150000 and max
 // 1500000 bytes, Pmax 10%, a 12 MB buffer, PFC off (XOFF 3 MB / XON 2 MB
@@ -40,8 +45,10 @@ func (c *QueueConfig) Check() error {
 		return fmt.Errorf("cc: need 0 <= Kmin (%d) <= Kmax (%d)", c.KMin, c.KMax)
 	case c.PMax < 0 || c.PMax > 1:
 		return fmt.Errorf("cc: Pmax %g must be in [0, 1]", c.PMax)
-	case c.PFC && (c.XON <= 0 || c.XOFF <= c.XON || c.XOFF > c.Buffer):
-		return fmt.Errorf("cc: PFC needs 0 < XON (%d) < XOFF (%d) <= buffer (%d)", c.XON, c.XOFF, c.Buffer)
+	case c.PFC && (c.XON <= 0 || c.XOFF <= c.XON || c.XOFF > c.Buffer-PFCHeadroom):
+		return fmt.Errorf("cc: PFC needs 0 < XON (%d) < XOFF (%d) <= buffer (%d) - %d bytes of headroom for packets in flight", c.XON, c.XOFF, c.Buffer, PFCHeadroom)
+	case !(c.LineRate > 0) || c.LineRate > MaxLineRate || math.IsNaN(c.PMax):
+		return fmt.Errorf("cc: queue line rate must be positive and at most %v, Pmax a number", MaxLineRate)
 	}
 	return nil
 }

@@ -15,20 +15,23 @@ import (
 // SwitchConfig describes a userspace switch between RoCEv2 peers on real
 // sockets, for hosts whose kernel has no red or netem qdisc.
 //
-// The switch has one UDP port per sender (Ports, 0 for any free port) on Addr and one egress
-// towards Egress (the receiver). A sender uses Addr:Ports[i] as its peer's
-// address, and the receiver's QP for that sender uses the same
-// Addr:Ports[i]. Datagrams a sender sends to its port go through the egress
-// queue (line rate, WRED-ECN, tail drop or PFC hold) to the receiver, sent
-// from that port; what the receiver sends to a port goes straight back to
-// the sender last seen on it.
+// The switch has one UDP port per sender (Ports, 0 for any free port) on
+// Addr, and one egress towards Egress (the receiver). Sender i uses
+// Addr:Ports[i] as its peer's address, and the receiver's QP for that
+// sender uses the same Addr:Ports[i]. Datagrams sender i sends to its port
+// go through the egress queue (line rate, WRED-ECN, tail drop or PFC hold)
+// to the receiver, sent from that port; what the receiver sends to the port
+// goes straight back to Senders[i], the address sender i receives at (its
+// packets come from per-QP source ports, so the switch cannot learn it).
 //
 // Senders and the receiver must have different addresses (the switch tells
 // directions apart by source address). A UDP socket cannot keep the
-// senders' addresses, so datagrams leave with
-// the switch's address and port; the switch rewrites each one's ICRC to
-// match (Linux gives its DF datagrams IP ID 0, so the receiver can check
-// it).
+// senders' addresses, so datagrams leave with the switch's address and
+// port, and the switch rewrites each one's ICRC to match (Linux gives its
+// DF datagrams IP ID 0, so the receiver can check it). A datagram whose
+// ICRC did not verify on arrival is given a wrong one again; senders that
+// put other IP IDs on their packets (rxe) cannot be checked, and their
+// packets leave with bad ICRCs.
 type SwitchConfig struct {
 	Addr    netip.Addr
 	Ports   []uint16
@@ -49,6 +52,7 @@ type SwitchStats struct {
 	Dropped    uint64 `json:"dropped"`   // tail drops (and PFC hold overflow)
 	Pauses     uint64 `json:"pauses"`    // PFC XOFF events
 	NotRoCE    uint64 `json:"not_roce"`  // datagrams that did not decode, forwarded unchanged
+	BadICRC    uint64 `json:"bad_icrc"`  // arrived with an ICRC that did not verify (assuming IP ID 0), left with a bad one
 	QueueBytes int    `json:"queue_bytes"`
 	QueueMax   int    `json:"queue_max_bytes"`
 }
@@ -185,7 +189,7 @@ func (s *Switch) back(i int, d Datagram) {
 	s.stats.Returned++
 	s.mu.Unlock()
 	out := Datagram{Data: d.Data, Src: s.conns[i].LocalAddr(), Dst: to, TOS: d.TOS}
-	s.fixICRC(&out)
+	s.fixICRC(&d, &out)
 	s.conns[i].WriteBatch([]Datagram{out})
 }
 
@@ -263,7 +267,7 @@ func (s *Switch) egress() {
 		s.mu.Unlock()
 		for _, it := range batch {
 			out := Datagram{Data: it.d.Data, Src: s.conns[it.port].LocalAddr(), Dst: s.cfg.Egress, TOS: it.d.TOS}
-			s.fixICRC(&out)
+			s.fixICRC(&it.d, &out)
 			s.conns[it.port].WriteBatch([]Datagram{out})
 		}
 		timer.Reset(max(wait, 0))
@@ -276,21 +280,35 @@ func (s *Switch) egress() {
 	}
 }
 
-// fixICRC rewrites the ICRC for the headers the datagram will carry.
-func (s *Switch) fixICRC(d *Datagram) {
-	if len(d.Data) < bth.BTHLen+bth.ICRCLen {
+// fixICRC rewrites the ICRC for the headers the datagram will carry. A
+// datagram whose ICRC did not verify on arrival (against its sender's
+// headers with IP ID 0, as Linux sends them) leaves with an ICRC that does
+// not verify either: the switch must not make a damaged packet whole. in is
+// where the datagram came from and to which of the switch's addresses.
+func (s *Switch) fixICRC(in, out *Datagram) {
+	if len(out.Data) < bth.BTHLen+bth.ICRCLen {
 		return
 	}
 	var p bth.Packet
-	if p.Decode(d.Data) != nil {
+	if p.Decode(out.Data) != nil {
 		s.mu.Lock()
 		s.stats.NotRoCE++
 		s.mu.Unlock()
 		return
 	}
-	e := bth.Encap{Src: d.Src.Addr(), Dst: d.Dst.Addr(), SrcPort: d.Src.Port(), DstPort: d.Dst.Port()}
-	end := len(d.Data) - bth.ICRCLen
-	if crc, err := e.ICRC(d.Data[:end]); err == nil {
-		binary.LittleEndian.PutUint32(d.Data[end:], crc)
+	ein := bth.Encap{Src: in.Src.Addr(), Dst: in.Dst.Addr(), SrcPort: in.Src.Port(), DstPort: in.Dst.Port()}
+	_, _, verr := ein.VerifyICRC(out.Data)
+	e := bth.Encap{Src: out.Src.Addr(), Dst: out.Dst.Addr(), SrcPort: out.Src.Port(), DstPort: out.Dst.Port()}
+	end := len(out.Data) - bth.ICRCLen
+	crc, err := e.ICRC(out.Data[:end])
+	if err != nil {
+		return
 	}
+	if verr != nil {
+		crc = ^crc
+		s.mu.Lock()
+		s.stats.BadICRC++
+		s.mu.Unlock()
+	}
+	binary.LittleEndian.PutUint32(out.Data[end:], crc)
 }

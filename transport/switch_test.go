@@ -150,3 +150,41 @@ func TestUDPSwitchDCQCN(t *testing.T) {
 	assert.Equal(t, marked, capCE, "CE-marked packets in the capture")
 	assert.Equal(t, cnps, capCNP, "CNPs in the capture")
 }
+
+// The switch rewrites ICRCs for its own headers, but a packet that arrived
+// damaged leaves damaged.
+func TestSwitchKeepsBadICRCBad(t *testing.T) {
+	var ends [2]Conn
+	for i, a := range []string{"127.0.0.1", "127.0.0.2"} {
+		c, err := ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(a), 0), UDPOptions{EphemeralPort: true})
+		require.NoError(t, err)
+		defer c.Close()
+		ends[i] = c
+	}
+	sw, err := NewSwitch(SwitchConfig{Addr: netip.MustParseAddr("127.0.0.100"), Ports: []uint16{0},
+		Senders: []netip.AddrPort{ends[0].LocalAddr()}, Egress: ends[1].LocalAddr(), Queue: cc.DefaultQueue(cc.Gbps)})
+	require.NoError(t, err)
+	defer sw.Close()
+	port := sw.Ports()[0]
+	p := bth.Packet{BTH: bth.BTH{Opcode: bth.RCSendOnly, PKey: 0xFFFF, DestQP: 0x11, PSN: 5}, Payload: []byte("hello")}
+	enc := bth.Encap{Src: ends[0].LocalAddr().Addr(), Dst: port.Addr(), SrcPort: ends[0].LocalAddr().Port(), DstPort: port.Port()}
+	good, err := p.Append(nil, &enc)
+	require.NoError(t, err)
+	bad := append([]byte(nil), good...)
+	bad[len(bad)-1] ^= 0xFF
+	_, err = ends[0].WriteBatch([]Datagram{{Data: good, Src: ends[0].LocalAddr(), Dst: port}, {Data: bad, Src: ends[0].LocalAddr(), Dst: port}})
+	require.NoError(t, err)
+	got := make([]Datagram, 4)
+	n := 0
+	for n < 2 {
+		k, err := ends[1].ReadBatch(got[n:])
+		require.NoError(t, err)
+		n += k
+	}
+	out := bth.Encap{Src: port.Addr(), Dst: ends[1].LocalAddr().Addr(), SrcPort: port.Port(), DstPort: ends[1].LocalAddr().Port()}
+	_, _, err = out.VerifyICRC(got[0].Data)
+	assert.NoError(t, err, "a good packet leaves with an ICRC for the switch's headers")
+	_, _, err = out.VerifyICRC(got[1].Data)
+	assert.ErrorIs(t, err, bth.ErrBadICRC, "a damaged packet stays damaged")
+	assert.Equal(t, uint64(1), sw.Stats().BadICRC)
+}

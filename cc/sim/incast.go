@@ -12,6 +12,7 @@ import (
 	"container/heap"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -116,14 +117,29 @@ func Run(c Config) (*Result, error) {
 	if c.Flows < 1 || c.Flows > 1024 {
 		return nil, fmt.Errorf("sim: flows %d must be 1-1024", c.Flows)
 	}
-	if c.LinkRate <= 0 || c.Duration <= 0 || c.MTU <= 0 || c.Delay < 0 {
-		return nil, fmt.Errorf("sim: link rate, duration and MTU must be positive, delay not negative")
+	if !(c.LinkRate > 0) || c.LinkRate > cc.MaxLineRate {
+		return nil, fmt.Errorf("sim: link rate %v must be positive and at most %v", c.LinkRate, cc.MaxLineRate)
+	}
+	if c.Duration < 10*time.Microsecond || c.Duration > 10*time.Second {
+		return nil, fmt.Errorf("sim: duration %v must be 10us to 10s", c.Duration)
+	}
+	if c.MTU < 64 || c.MTU > 9000 {
+		return nil, fmt.Errorf("sim: MTU %d must be 64 to 9000 bytes", c.MTU)
+	}
+	if c.Delay < 0 || c.Delay >= c.Duration/4 {
+		return nil, fmt.Errorf("sim: delay %v must be at least 0 and under a quarter of the duration", c.Delay)
 	}
 	if c.Overhead == 0 {
 		c.Overhead = 58
 	}
 	if c.Sample <= 0 {
 		c.Sample = c.Duration / 1000
+	}
+	if c.Sample < c.Duration/1000000 || c.Sample < 10*time.Nanosecond {
+		return nil, fmt.Errorf("sim: sample interval %v is too short: at most a million samples, each at least 10ns apart", c.Sample)
+	}
+	if c.Queue.Buffer < c.MTU+c.Overhead {
+		return nil, fmt.Errorf("sim: a buffer of %d bytes cannot hold one %d-byte packet", c.Queue.Buffer, c.MTU+c.Overhead)
 	}
 	if c.Queue.LineRate == 0 {
 		c.Queue.LineRate = c.LinkRate
@@ -142,6 +158,7 @@ func Run(c Config) (*Result, error) {
 	abs := func(d time.Duration) time.Time { return epoch.Add(d) }
 	pkt := c.MTU + c.Overhead
 	s := &state{cfg: c, q: q}
+	rng := rand.New(rand.NewPCG(c.Seed, 0x51A7))
 	heap.Init(&s.ev)
 	s.flows = make([]*flow, c.Flows)
 	for i := range s.flows {
@@ -152,7 +169,10 @@ func Run(c Config) (*Result, error) {
 			f.pacer = cc.NewPacer(c.LinkRate, 2*pkt)
 		}
 		s.flows[i] = f
-		s.push(event{at: 0, kind: evSend, flow: i})
+		// Start each flow within one packet time of the others, at random:
+		// flows started together would tie at the queue forever, and tail
+		// drop would always pick the same one.
+		s.push(event{at: time.Duration(rng.Int64N(int64(c.LinkRate.TxTime(pkt)) + 1)), kind: evSend, flow: i})
 		f.sendOK = true
 	}
 	s.push(event{at: 0, kind: evSample})

@@ -19,7 +19,7 @@ func paperQueue(pfc bool) cc.QueueConfig {
 func incast(t *testing.T, flows int, dcqcn, pfc bool) *Result {
 	p, err := cc.Profile(cc.ProfilePaper, 40*cc.Gbps)
 	require.NoError(t, err)
-	r, err := Run(Config{Flows: flows, LinkRate: 40 * cc.Gbps, Duration: 40 * time.Millisecond, MTU: 1024,
+	r, err := Run(Config{Flows: flows, LinkRate: 40 * cc.Gbps, Duration: 60 * time.Millisecond, MTU: 1024,
 		Delay: time.Microsecond, Queue: paperQueue(pfc), DCQCN: dcqcn, Params: p, Seed: 1})
 	require.NoError(t, err)
 	return r
@@ -37,7 +37,7 @@ func TestIncastConverges(t *testing.T) {
 				n, pfc, r.PerFlowGbps, r.JainIndex, r.Utilization, r.QueueP50, r.QueueP99, r.QueueMax, r.CNPs, r.Marked, r.Drops, r.Pauses)
 			assert.GreaterOrEqual(t, r.JainIndex, 0.98, "%d:1 fairness", n)
 			assert.GreaterOrEqual(t, r.Utilization, 0.9, "%d:1 utilisation", n)
-			assert.LessOrEqual(t, r.QueueP99, 300000, "%d:1 queue held near Kmax (200 KB)", n)
+			assert.LessOrEqual(t, r.QueueP99, 300000, "%d:1 queue p99 within 1.5 Kmax (200 KB)", n)
 			assert.Zero(t, r.Drops)
 			assert.Zero(t, r.Pauses, "DCQCN keeps the queue far below XOFF")
 			assert.NotZero(t, r.CNPs)

@@ -45,6 +45,8 @@ type harness struct {
 	only     string
 	// lastFault is the fault check of the scenario running, for runAll.
 	lastFault *faultCheck
+	// current is the name of the scenario running.
+	current string
 }
 
 func main() {
@@ -108,7 +110,10 @@ func (h *harness) bootGuest(timeout time.Duration) error {
 			return fmt.Errorf("qemu exited during boot: %v; see %s", err, logf.Name())
 		case <-time.After(time.Second):
 		}
-		if out, rc, err := h.guest("cat /sys/class/infiniband/rxe0/ports/1/state", 10*time.Second); err == nil && rc == 0 && strings.Contains(out, "ACTIVE") {
+		if out, rc, err := h.guest("cat /sys/class/infiniband/rxe0/ports/1/state /sys/class/infiniband/rxe0/ports/1/gids/1", 10*time.Second); err == nil && rc == 0 && strings.Contains(out, "ACTIVE") {
+			if !strings.Contains(out, "0000:0000:0000:0000:0000:ffff:c000:0202") {
+				return fmt.Errorf("rxe0 is ACTIVE but GID 1 is not ::ffff:192.0.2.2: %s", strings.TrimSpace(out))
+			}
 			return nil
 		}
 	}
@@ -154,11 +159,13 @@ func (h *harness) guest(cmd string, timeout time.Duration) (string, int, error) 
 }
 
 // counters reads the guest's rxe hardware counters.
-func (h *harness) counters() map[string]int64 {
-	out, _, err := h.guest("cd /sys/class/infiniband/rxe0/ports/1/hw_counters && for f in *; do echo $f $(cat $f); done", 10*time.Second)
+// A failed read is an error: a scenario must not compare counters against
+// a missing "before".
+func (h *harness) counters() (map[string]int64, error) {
+	out, rc, err := h.guest("cd /sys/class/infiniband/rxe0/ports/1/hw_counters && for f in *; do echo $f $(cat $f); done", 10*time.Second)
 	m := map[string]int64{}
-	if err != nil {
-		return m
+	if err != nil || rc != 0 {
+		return nil, fmt.Errorf("reading rxe's counters: %v (exit %d)", err, rc)
 	}
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
@@ -170,7 +177,10 @@ func (h *harness) counters() map[string]int64 {
 			}
 		}
 	}
-	return m
+	if len(m) == 0 {
+		return nil, fmt.Errorf("reading rxe's counters: none found")
+	}
+	return m, nil
 }
 
 func delta(before, after map[string]int64) map[string]int64 {
@@ -244,5 +254,7 @@ func (h *harness) roceEmuCmd(ctx context.Context, name string, args ...string) (
 }
 
 func (h *harness) writeLog(name, text string) {
-	os.WriteFile(filepath.Join(h.out, name+".log"), []byte(text), 0o644)
+	// Prefixed with the scenario, so that scenarios running the same
+	// command keep their own logs.
+	os.WriteFile(filepath.Join(h.out, h.current+"."+name+".log"), []byte(text), 0o644)
 }

@@ -66,21 +66,21 @@ func (h *harness) perftestScenarios() []scenario {
 			func(h *harness) (string, error) {
 				return h.perftest(perftestCase{"bw", "read", 65536, 200}, true, 1024, 1024,
 					&faultCheck{spec: "drop:dir=in,opcode=RDMA_READ_RESPONSE_MIDDLE,nth=3",
-						ours: map[string]int{"retransmitted": 1}, rxe: []string{"duplicate_request"}})
+						ours: map[string]int{"retransmitted": 1}, rxe: []string{"duplicate_request"}, naks: 0})
 			}},
 		scenario{"perftest-fault-drop-write-middle-towards-rxe",
 			"roce-emu writing to rxe's ib_write_bw server loses the 5th RDMA WRITE Middle it sends: rxe counts out_of_seq_request and NAKs the sequence error once, roce-emu goes back N, and every WRITE completes",
 			func(h *harness) (string, error) {
 				return h.perftest(perftestCase{"bw", "write", 65536, 200}, true, 1024, 1024,
 					&faultCheck{spec: "drop:dir=out,opcode=RDMA_WRITE_MIDDLE,nth=5",
-						ours: map[string]int{"seq NAKs received": 1}, rxe: []string{"out_of_seq_request"}})
+						ours: map[string]int{"seq NAKs received": 1}, rxe: []string{"out_of_seq_request"}, naks: 1})
 			}},
 		scenario{"perftest-fault-drop-write-middle-from-rxe",
 			"rxe's ib_write_bw client writing to roce-emu loses the 5th RDMA WRITE Middle on the way in: roce-emu NAKs the sequence error once, rxe counts rcvd_seq_err and goes back N, and every WRITE is served",
 			func(h *harness) (string, error) {
 				return h.perftest(perftestCase{"bw", "write", 65536, 200}, false, 1024, 1024,
 					&faultCheck{spec: "drop:dir=in,opcode=RDMA_WRITE_MIDDLE,nth=5",
-						ours: map[string]int{"out-of-sequence": 1}, rxe: []string{"rcvd_seq_err"}})
+						ours: map[string]int{"out-of-sequence": 1}, rxe: []string{"rcvd_seq_err"}, naks: 1})
 			}},
 	)
 	return ss

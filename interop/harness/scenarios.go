@@ -36,21 +36,22 @@ func (h *harness) scenarios() []scenario {
 	}
 	ss = append(ss,
 		scenario{"fault-drop-send-middle-towards-rxe",
-			"a data packet roce-emu sends is lost: rxe NAKs the sequence error once, roce-emu goes back N, data arrives",
+			"a data packet roce-emu sends is lost: rxe counts out_of_seq_request and sends exactly one sequence NAK (counted in the capture), roce-emu goes back N, and all 20 exchanges complete",
 			func(h *harness) (string, error) {
 				return h.pingpong(true, 1024, 65536, 20, &faultCheck{spec: "drop:dir=out,opcode=SEND_MIDDLE,nth=10",
-					ours: map[string]int{"seq NAKs received": 1}, rxe: []string{"out_of_seq_request"}})
+					ours: map[string]int{"seq NAKs received": 1}, rxe: []string{"out_of_seq_request"}, naks: 1})
 			}},
 		scenario{"fault-drop-send-middle-from-rxe",
-			"a data packet from rxe is lost: roce-emu NAKs it once, rxe goes back N, data arrives",
+			"a data packet from rxe is lost: roce-emu sends exactly one sequence NAK (counted in the capture), rxe counts rcvd_seq_err and goes back N, all 20 exchanges complete, and roce-emu finds rxe's bytes intact",
 			func(h *harness) (string, error) {
 				return h.pingpong(true, 1024, 65536, 20, &faultCheck{spec: "drop:dir=in,opcode=SEND_MIDDLE,nth=10",
-					ours: map[string]int{"out-of-sequence": 1}, rxe: []string{"rcvd_seq_err"}})
+					ours: map[string]int{"out-of-sequence": 1}, rxe: []string{"rcvd_seq_err"}, naks: 1})
 			}},
 		scenario{"fault-drop-ack-from-rxe",
-			"an ACK from rxe is lost: the next ACK covers it or roce-emu's timer resends, and rxe re-ACKs the duplicate",
+			"an ACK from rxe is lost: the ping-pong waits for it, roce-emu's ACK timer fires and resends, rxe counts the duplicate_request and re-ACKs it",
 			func(h *harness) (string, error) {
-				return h.pingpong(true, 1024, 4096, 50, &faultCheck{spec: "drop:dir=in,opcode=ACKNOWLEDGE,nth=5"})
+				return h.pingpong(true, 1024, 4096, 50, &faultCheck{spec: "drop:dir=in,opcode=ACKNOWLEDGE,nth=5",
+					ours: map[string]int{"ACK timeouts": 1, "retransmitted": 1}, rxe: []string{"duplicate_request"}, naks: 0})
 			}},
 	)
 	return append(ss, h.perftestScenarios()...)
@@ -61,6 +62,7 @@ type faultCheck struct {
 	spec string
 	ours map[string]int // roce-emu counters (names as printed) that must reach at least this
 	rxe  []string       // rxe hw_counters that must grow
+	naks int            // PSN-sequence and RNR NAKs the capture must hold exactly; -1 for any
 }
 
 func (h *harness) runAll() {
@@ -69,18 +71,29 @@ func (h *harness) runAll() {
 			continue
 		}
 		start := time.Now()
-		before := h.counters()
-		capt, err := h.startCapture(s.name)
+		h.current = s.name
+		before, err := h.counters()
+		var capt *capture
+		if err == nil {
+			capt, err = h.startCapture(s.name)
+		}
 		var detail string
 		if err == nil {
 			detail, err = s.run(h)
 			capt.stop()
 		}
-		after := h.counters()
+		after, aerr := h.counters()
+		if err == nil {
+			err = aerr
+		}
+		naks := -1
 		if err == nil {
 			var cd string
-			cd, err = h.checkCapture(capt.file)
+			cd, naks, err = h.checkCapture(capt.file)
 			detail += "; " + cd
+		}
+		if err == nil && h.lastFault != nil && h.lastFault.naks >= 0 && naks != h.lastFault.naks {
+			err = fmt.Errorf("the capture holds %d NAKs, want %d", naks, h.lastFault.naks)
 		}
 		rxe := delta(before, after)
 		if err == nil && h.lastFault != nil {
@@ -242,10 +255,10 @@ func parseCounters(line string) map[string]int {
 // both must see the same RoCEv2 packets, every ICRC (in both directions:
 // the capture has the real IP headers) must verify, and tshark must report
 // nothing malformed.
-func (h *harness) checkCapture(file string) (string, error) {
+func (h *harness) checkCapture(file string) (string, int, error) {
 	out, err := exec.Command(h.roceEmu, "decode", "--json", file).Output()
 	if err != nil {
-		return "", fmt.Errorf("roce-emu decode %s: %v", file, err)
+		return "", -1, fmt.Errorf("roce-emu decode %s: %v", file, err)
 	}
 	var sum struct {
 		Summary struct {
@@ -264,31 +277,31 @@ func (h *harness) checkCapture(file string) (string, error) {
 		last = sc.Text()
 	}
 	if err := json.Unmarshal([]byte(last), &sum); err != nil {
-		return "", fmt.Errorf("roce-emu decode: no summary: %v", err)
+		return "", -1, fmt.Errorf("roce-emu decode: no summary: %v", err)
 	}
 	s := sum.Summary
 	if s.RoCE == 0 {
-		return "", fmt.Errorf("the capture %s holds no RoCEv2 packet", file)
+		return "", -1, fmt.Errorf("the capture %s holds no RoCEv2 packet", file)
 	}
 	if s.BadICRC != 0 || s.Malformed != 0 || s.Unchecked != 0 {
-		return "", fmt.Errorf("capture %s: %d bad ICRC, %d malformed, %d unchecked of %d", file, s.BadICRC, s.Malformed, s.Unchecked, s.RoCE)
+		return "", -1, fmt.Errorf("capture %s: %d bad ICRC, %d malformed, %d unchecked of %d", file, s.BadICRC, s.Malformed, s.Unchecked, s.RoCE)
 	}
 	t, err := exec.Command("tshark", "-r", file, "-Y", "infiniband", "-T", "fields", "-e", "frame.number").Output()
 	if err != nil {
-		return "", fmt.Errorf("tshark: %v", err)
+		return "", -1, fmt.Errorf("tshark: %v", err)
 	}
 	nt := strings.Count(string(t), "\n")
 	if nt != s.RoCE {
-		return "", fmt.Errorf("tshark sees %d RoCEv2 packets, roce-emu %d", nt, s.RoCE)
+		return "", -1, fmt.Errorf("tshark sees %d RoCEv2 packets, roce-emu %d", nt, s.RoCE)
 	}
 	e, err := exec.Command("tshark", "-r", file, "--disable-heuristic", "rpcrdma_infiniband", "--disable-heuristic", "eth_over_ib",
 		"--disable-heuristic", "mellanox_eoib", "-q", "-z", "expert,error").CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("tshark: %v", err)
+		return "", -1, fmt.Errorf("tshark: %v", err)
 	}
 	if strings.Contains(string(e), "Malformed") {
-		return "", fmt.Errorf("tshark reports malformed packets: %s", lastLines(string(e), 4))
+		return "", -1, fmt.Errorf("tshark reports malformed packets: %s", lastLines(string(e), 4))
 	}
-	return fmt.Sprintf("capture: %d RoCEv2 packets, ICRC valid on all, tshark agrees; NAKs %d",
-		s.RoCE, s.AETH["NAK_PSN_SEQ"]+s.AETH["RNR_NAK"]), nil
+	naks := s.AETH["NAK_PSN_SEQ"] + s.AETH["RNR_NAK"]
+	return fmt.Sprintf("capture: %d RoCEv2 packets, ICRC valid on all, tshark agrees; NAKs %d", s.RoCE, naks), naks, nil
 }
