@@ -39,7 +39,7 @@ func runDCQCN(args []string, stdout, stderr io.Writer) int {
 	mtu := fs.Int("mtu", 1024, "payload `bytes` per packet")
 	delay := fs.Duration("delay", time.Microsecond, "one-way delay of each hop")
 	sample := fs.Duration("sample", 0, "sampling interval of the CSV and plot (default duration/1000)")
-	seed := fs.Uint64("seed", 1, "random `seed` of the marking")
+	seed := fs.Uint64("seed", 1, "random `seed` of the marking and of the flows' start times")
 	csvFile := fs.String("csv", "dcqcn.csv", "CSV `file` of time, queue depth, and each flow's rate and alpha (\"\" for none)")
 	plotFile := fs.String("plot", "dcqcn.png", "plot `file`, .png or .svg (\"\" for none)")
 	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
