@@ -1,0 +1,177 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/roce-emu/roce-emu/cc"
+	"github.com/roce-emu/roce-emu/qp"
+	"github.com/roce-emu/roce-emu/transport"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// freeUDPPortOn returns a UDP port that was free on addr a moment ago.
+func freeUDPPortOn(t *testing.T, addr string) uint16 {
+	t.Helper()
+	c, err := net.ListenPacket("udp", addr+":0")
+	require.NoError(t, err)
+	defer c.Close()
+	return uint16(c.LocalAddr().(*net.UDPAddr).Port)
+}
+
+// `roce-emu switch`, run as the command with its flags, between two
+// roce-emu senders with DCQCN and one receiver over UDP on loopback: the
+// switch marks CE at its 200 Mb/s egress, the receiver's QPs send CNPs back
+// through it, the senders cut their rates, and the switch's printed counters
+// agree with the receiver's.
+func TestSwitchCommandDCQCN(t *testing.T) {
+	rc, err := transport.ListenUDP(netip.MustParseAddrPort("127.0.0.2:0"), transport.UDPOptions{EphemeralPort: true})
+	require.NoError(t, err)
+	recv := transport.NewEndpoint(rc, transport.Options{ICRC: transport.ICRCAssumeID0})
+	defer recv.Close()
+	var senders []transport.Conn
+	for _, a := range []string{"127.0.0.1", "127.0.0.3"} {
+		c, err := transport.ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(a), 0), transport.UDPOptions{EphemeralPort: true})
+		require.NoError(t, err)
+		senders = append(senders, c)
+	}
+	const swAddr = "127.0.0.100"
+	ports := []uint16{freeUDPPortOn(t, swAddr), freeUDPPortOn(t, swAddr)}
+	args := []string{"--addr", swAddr, "--receiver", rc.LocalAddr().String(), "--rate", "200Mbps",
+		"--kmin", "5000", "--kmax", "50000", "--pmax", "0.1", "--buffer", "4194304", "--duration", "3s", "--json"}
+	for i, c := range senders {
+		args = append(args, "--link", fmt.Sprintf("%d=%s", ports[i], c.LocalAddr()))
+	}
+	var stdout, stderr bytes.Buffer
+	done := make(chan int, 1)
+	go func() { done <- runSwitch(args, &stdout, &stderr) }()
+	// The switch binds its ports before it prints; wait for them.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := net.ListenPacket("udp", fmt.Sprintf("%s:%d", swAddr, ports[1]))
+		if err != nil {
+			break
+		}
+		c.Close()
+		select {
+		case code := <-done:
+			t.Fatalf("switch exited with %d before binding: %s", code, stderr.String())
+		default:
+		}
+		require.True(t, time.Now().Before(deadline), "the switch did not bind its ports")
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	params, err := cc.Profile(cc.ProfilePaper, 200*cc.Mbps)
+	require.NoError(t, err)
+	params.MinTimeBetweenCNPs = 20 * time.Microsecond
+	access := qp.IBV_ACCESS_LOCAL_WRITE | qp.IBV_ACCESS_REMOTE_WRITE
+	rpd, rcq := recv.NewPD(), recv.NewCQ(64)
+	const size = 256 << 10
+	type sender struct {
+		q, rq    *transport.QP
+		cq       *transport.CQ
+		src, dst []byte
+		smr, dmr *qp.MR
+	}
+	var ss []*sender
+	for i, c := range senders {
+		ep := transport.NewEndpoint(c, transport.Options{ICRC: transport.ICRCAssumeID0})
+		defer ep.Close()
+		pd, cq := ep.NewPD(), ep.NewCQ(64)
+		q, err := ep.NewQP(pd, cq, cq, qp.InitAttr{SQSigAll: true, CC: &params})
+		require.NoError(t, err)
+		rq, err := recv.NewQP(rpd, rcq, rcq, qp.InitAttr{CC: &params})
+		require.NoError(t, err)
+		sw := netip.AddrPortFrom(netip.MustParseAddr(swAddr), ports[i])
+		require.NoError(t, q.Connect(transport.Remote{Addr: sw, QPN: rq.QPN(), PSN: 0x10}, 0x10, transport.ConnectAttr{Access: access, Timeout: 12}))
+		require.NoError(t, rq.Connect(transport.Remote{Addr: sw, QPN: q.QPN(), PSN: 0x10}, 0x10, transport.ConnectAttr{Access: access, Timeout: 12}))
+		s := &sender{q: q, rq: rq, cq: cq, src: make([]byte, size), dst: make([]byte, size)}
+		for k := range s.src {
+			s.src[k] = byte(k*7) ^ byte(i+1)
+		}
+		s.smr, err = pd.RegMR(s.src, qp.IBV_ACCESS_LOCAL_WRITE)
+		require.NoError(t, err)
+		s.dmr, err = rpd.RegMR(s.dst, access)
+		require.NoError(t, err)
+		ss = append(ss, s)
+	}
+	for _, s := range ss {
+		for k := range 4 {
+			off := k * size / 4
+			require.NoError(t, s.q.PostSend(qp.SendWR{WRID: uint64(k), Opcode: qp.IBV_WR_RDMA_WRITE,
+				SGEs: []qp.SGE{s.smr.SGE(off, size/4)}, RemoteAddr: s.dmr.VA + uint64(off), RKey: s.dmr.RKey}))
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	wc := make([]qp.WC, 8)
+	for i, s := range ss {
+		for got := 0; got < 4; {
+			n, err := s.cq.Wait(ctx, wc)
+			require.NoError(t, err, "sender %d", i)
+			for _, c := range wc[:n] {
+				require.Equal(t, qp.IBV_WC_SUCCESS, c.Status, "sender %d", i)
+			}
+			got += n
+		}
+	}
+	code := <-done
+	require.Equal(t, 0, code, "stderr: %s", stderr.String())
+
+	// The last line is the switch's counters as JSON.
+	lines := bytes.Split(bytes.TrimSpace(stdout.Bytes()), []byte("\n"))
+	var st transport.SwitchStats
+	require.NoError(t, json.Unmarshal(lines[len(lines)-1], &st), "output: %s", stdout.String())
+	var marked, cnps, handled uint64
+	for i, s := range ss {
+		assert.True(t, bytes.Equal(s.src, s.dst), "sender %d data", i)
+		rcnt, scnt := s.rq.Counters(), s.q.Counters()
+		marked += rcnt.NPECNMarked
+		cnps += rcnt.NPCNPSent
+		handled += scnt.RPCNPHandled + scnt.RPCNPIgnored
+		t.Logf("sender %d: rp_cnp_handled %d, lowest rate %v; its receiver QP: np_ecn_marked_roce_packets %d, np_cnp_sent %d",
+			i, scnt.RPCNPHandled, s.q.CCLowestRate(), rcnt.NPECNMarked, rcnt.NPCNPSent)
+		assert.NotZero(t, scnt.RPCNPHandled, "sender %d handled CNPs", i)
+		assert.Less(t, float64(s.q.CCLowestRate()), 0.75*float64(params.LineRate), "sender %d cut its rate", i)
+	}
+	t.Logf("switch: %+v", st)
+	assert.NotZero(t, st.Marked, "the switch marked CE")
+	// Every CE mark the switch made reached a receiver QP (no drops, no
+	// bad ICRCs on loopback), and every CNP went back through the switch.
+	assert.Zero(t, st.Dropped)
+	assert.Equal(t, st.Marked, marked, "CE marks: switch vs receiver")
+	assert.Equal(t, cnps, handled, "CNPs sent vs handled")
+	assert.GreaterOrEqual(t, st.Returned, cnps, "CNPs went back through the switch")
+	assert.Zero(t, recv.Stats().BadICRC)
+}
+
+func TestSwitchBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--link", "5001=127.0.0.1:4791"}, "--receiver"},
+		{[]string{"--receiver", "127.0.0.2:4791"}, "no --link"},
+		{[]string{"--receiver", "127.0.0.2:4791", "--link", "5001"}, "PORT=SENDER_ADDRESS:SENDER_PORT"},
+		{[]string{"--receiver", "127.0.0.2:4791", "--link", "0=127.0.0.1:4791"}, "PORT=SENDER_ADDRESS:SENDER_PORT"},
+		{[]string{"--receiver", "127.0.0.2:4791", "--link", "5001=127.0.0.1:4791", "--rate", "fast"}, "--rate"},
+		{[]string{"--receiver", "127.0.0.2:4791", "--link", "5001=127.0.0.1:4791", "--addr", "switch"}, "--addr"},
+		{[]string{"--receiver", "127.0.0.2:4791", "--link", "5001=127.0.0.1:4791", "--kmin", "9000", "--kmax", "100"}, "roce-emu switch:"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := runSwitch(tc.args, &stdout, &stderr)
+		assert.Equal(t, 2, code, "%v", tc.args)
+		assert.Contains(t, stderr.String(), tc.want, "%v", tc.args)
+		assert.Empty(t, stdout.String(), "%v: nothing runs", tc.args)
+	}
+}
