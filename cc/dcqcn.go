@@ -85,8 +85,8 @@ const (
 // checked against a NIC: with g = 1019/1024 alpha forgets a CNP within
 // microseconds and every cut is close to a halving.
 func Profile(name string, lineRate Rate) (Params, error) {
-	if lineRate <= 0 {
-		return Params{}, fmt.Errorf("cc: line rate %v must be positive", lineRate)
+	if !(lineRate > 0) || lineRate > MaxLineRate {
+		return Params{}, fmt.Errorf("cc: line rate %v must be positive and at most %v", lineRate, MaxLineRate)
 	}
 	p := Params{LineRate: lineRate, ClampTargetRate: true, CNPDSCP: 48, MinDecFac: 0}
 	switch name {
@@ -161,8 +161,10 @@ func (p *Params) Check() error {
 		return fmt.Errorf("cc: the alpha period and the rate-increase timer must be at least 100ns")
 	case p.ByteReset < 0 || p.Threshold < 1:
 		return fmt.Errorf("cc: byte reset must be >= 0 and the threshold F >= 1")
-	case p.AIRate < 0 || p.HAIRate < 0 || p.AIRate > p.LineRate || p.HAIRate > p.LineRate:
-		return fmt.Errorf("cc: increase steps must be in [0, line rate]")
+	case !(p.AIRate >= 0) || !(p.HAIRate >= 0) || p.AIRate > MaxLineRate || p.HAIRate > MaxLineRate:
+		// A step larger than the line rate is allowed (the paper's 200 Mb/s
+		// hyper step on a 100 Mb/s line): the target is clamped to the line.
+		return fmt.Errorf("cc: increase steps %v and %v must be in [0, %v]", p.AIRate, p.HAIRate, MaxLineRate)
 	case p.MinDecFac < 0 || p.MinDecFac > 100:
 		return fmt.Errorf("cc: rpg_min_dec_fac %g must be a percentage", p.MinDecFac)
 	case p.RateOnFirstCNP < 0 || p.RateOnFirstCNP > p.LineRate:

@@ -120,6 +120,21 @@ func TestProfilesAndCheck(t *testing.T) {
 	}
 	h, _ := Profile(ProfileHPCC, 100*Gbps)
 	assert.InDelta(t, 20e6, float64(h.AIRate), 1, "HPCC scales R_AI by line rate / 25G")
+	// Every profile works on slow lines too: a hyper-increase step above
+	// the line rate is clamped, not refused.
+	for _, name := range []string{ProfilePaper, ProfileMLX5, ProfileHPCC} {
+		for _, line := range []Rate{10 * Mbps, 100 * Mbps, 150 * Mbps} {
+			p, err := Profile(name, line)
+			require.NoError(t, err, name)
+			r, err := NewReactionPoint(p)
+			require.NoError(t, err, "%s at %v", name, line)
+			r.OnCNP(t0)
+			for range 1000 {
+				r.OnTimeout(r.Deadline())
+			}
+			assert.LessOrEqual(t, r.Rate(), line, "%s at %v", name, line)
+		}
+	}
 	_, err := Profile("reno", 10*Gbps)
 	assert.Error(t, err)
 	bad := h

@@ -91,6 +91,11 @@ func NewSwitch(cfg SwitchConfig) (*Switch, error) {
 			return nil, fmt.Errorf("transport: sender address %s must have a port and differ from the receiver's", a)
 		}
 	}
+	if !cfg.Addr.IsValid() || cfg.Addr.IsUnspecified() {
+		// The ICRC covers the IP addresses: the switch must know which
+		// address packets arrive at and leave from.
+		return nil, fmt.Errorf("transport: the switch's address %v must be a specific address, not a wildcard", cfg.Addr)
+	}
 	if !cfg.Egress.Addr().IsValid() || cfg.Egress.Port() == 0 {
 		return nil, errors.New("transport: the switch's egress needs an address and a port")
 	}

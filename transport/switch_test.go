@@ -188,3 +188,18 @@ func TestSwitchKeepsBadICRCBad(t *testing.T) {
 	assert.ErrorIs(t, err, bth.ErrBadICRC, "a damaged packet stays damaged")
 	assert.Equal(t, uint64(1), sw.Stats().BadICRC)
 }
+
+// The ICRC covers the IP addresses, so a switch on a wildcard address
+// could not rewrite it; NewSwitch refuses one.
+func TestSwitchRefusesWildcardAddr(t *testing.T) {
+	for _, a := range []string{"0.0.0.0", "::"} {
+		_, err := NewSwitch(SwitchConfig{Addr: netip.MustParseAddr(a), Ports: []uint16{0},
+			Senders: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:4791")}, Egress: netip.MustParseAddrPort("127.0.0.2:4791"),
+			Queue: cc.DefaultQueue(cc.Gbps)})
+		assert.ErrorContains(t, err, "wildcard", a)
+	}
+	_, err := NewSwitch(SwitchConfig{Ports: []uint16{0},
+		Senders: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:4791")}, Egress: netip.MustParseAddrPort("127.0.0.2:4791"),
+		Queue: cc.DefaultQueue(cc.Gbps)})
+	assert.Error(t, err, "no address")
+}

@@ -132,6 +132,12 @@ func Run(c Config) (*Result, error) {
 	if c.Overhead == 0 {
 		c.Overhead = 58
 	}
+	if c.Overhead < 0 || c.Overhead > 1000 {
+		return nil, fmt.Errorf("sim: overhead %d must be 0 (the default, 58) to 1000 bytes per packet", c.Overhead)
+	}
+	if c.LinkRate.TxTime(c.MTU+c.Overhead) < time.Nanosecond {
+		return nil, fmt.Errorf("sim: a %d-byte packet takes under 1ns at %v, the simulation's time step; use a bigger MTU or a slower link", c.MTU+c.Overhead, c.LinkRate)
+	}
 	if c.Sample <= 0 {
 		c.Sample = c.Duration / 1000
 	}
@@ -143,6 +149,17 @@ func Run(c Config) (*Result, error) {
 	}
 	if c.Queue.LineRate == 0 {
 		c.Queue.LineRate = c.LinkRate
+	}
+	if c.Queue.PFC {
+		// When the queue pauses, what each sender already sent is still on
+		// the wire: one packet in transmission and a Delay's worth behind
+		// it. PFC loses nothing only if the buffer above XOFF holds that.
+		pkt := c.MTU + c.Overhead
+		perFlow := (int64(c.Delay/c.LinkRate.TxTime(pkt)) + 2) * int64(pkt)
+		if need := int64(c.Flows) * perFlow; int64(c.Queue.Buffer-c.Queue.XOFF) < need {
+			return nil, fmt.Errorf("sim: with PFC the buffer above XOFF (%d bytes) must hold what %d flows have in flight when paused, %d bytes; raise --buffer or lower --xoff",
+				c.Queue.Buffer-c.Queue.XOFF, c.Flows, need)
+		}
 	}
 	q, err := cc.NewQueue(c.Queue, c.Seed)
 	if err != nil {

@@ -66,6 +66,13 @@ func TestIncastBadConfig(t *testing.T) {
 		{Flows: 2, LinkRate: 0, Duration: time.Millisecond, MTU: 1024, Queue: paperQueue(false)},
 		{Flows: 2, LinkRate: cc.Gbps, Duration: time.Millisecond, MTU: 1024, Queue: cc.QueueConfig{LineRate: cc.Gbps, Buffer: 1000, KMin: 10, KMax: 5}},
 		{Flows: 2, LinkRate: cc.Gbps, Duration: time.Millisecond, MTU: 1024, Queue: paperQueue(false), DCQCN: true, Params: cc.Params{}},
+		// A negative per-packet overhead.
+		{Flows: 2, LinkRate: 40 * cc.Gbps, Duration: time.Millisecond, MTU: 64, Overhead: -1000, Queue: paperQueue(false)},
+		// Packets shorter than the 1ns time step.
+		{Flows: 1, LinkRate: 1000 * cc.Gbps, Duration: 10 * time.Microsecond, MTU: 64, Queue: paperQueue(false)},
+		// PFC with too little buffer above XOFF for 8 flows 10us away.
+		{Flows: 8, LinkRate: 40 * cc.Gbps, Duration: 10 * time.Millisecond, MTU: 1024, Delay: 10 * time.Microsecond,
+			Queue: cc.QueueConfig{LineRate: 40 * cc.Gbps, Buffer: 12 << 20, KMin: 5000, KMax: 200000, PMax: 0.01, PFC: true, XOFF: 12<<20 - cc.PFCHeadroom, XON: 2 << 20}},
 	} {
 		_, err := Run(c)
 		assert.Error(t, err)
