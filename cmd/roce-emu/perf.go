@@ -568,10 +568,29 @@ func (r *perfRun) lat(client bool, out io.Writer) error {
 	return nil
 }
 
-// printLat prints latency samples as perftest's table.
+// latMeasureTail is how many of the largest samples perftest leaves out
+// of its latency report (LAT_MEASURE_TAIL in perftest_resources.c).
+const latMeasureTail = 2
+
+// printLat prints latency samples as perftest's print_report_lat does:
+// sorted, without the latMeasureTail largest, the median of what is left
+// as t_typical. The first exchange usually carries the peer's start-up, so
+// it is among the samples dropped.
 func printLat(out io.Writer, size, iters int, samples []time.Duration) {
+	if len(samples) == 0 {
+		// perftest's latency samples are the gaps between iterations.
+		fmt.Fprintf(out, " %d iteration(s) give no latency sample between them; use -n 2 or more\n", iters)
+		return
+	}
 	samples = slices.Clone(samples)
 	slices.Sort(samples)
+	if len(samples) > 2*latMeasureTail {
+		samples = samples[:len(samples)-latMeasureTail]
+	}
+	median := samples[len(samples)/2]
+	if len(samples)%2 == 0 {
+		median = (samples[len(samples)/2-1] + samples[len(samples)/2]) / 2
+	}
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
 	var sum, sq float64
 	for _, s := range samples {
@@ -586,6 +605,6 @@ func printLat(out io.Writer, size, iters int, samples []time.Duration) {
 	}
 	fmt.Fprintln(out, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]")
 	fmt.Fprintf(out, " %-7d %-10d      %-14.2f %-12.2f %-18.2f %-14.2f %-15.2f %-22.2f %.2f\n", size, iters,
-		us(samples[0]), us(samples[len(samples)-1]), us(samples[len(samples)/2]), mean, math.Sqrt(sq/float64(len(samples))), pct(0.99), pct(0.999))
+		us(samples[0]), us(samples[len(samples)-1]), us(median), mean, math.Sqrt(sq/float64(len(samples))), pct(0.99), pct(0.999))
 	fmt.Fprintln(out, perfRule)
 }

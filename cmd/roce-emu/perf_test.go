@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -95,4 +96,20 @@ func TestLatUnderLoss(t *testing.T) {
 		c, _ := runPerfPair(t, "lat", "-o", op, "-n", "60", "--fault", "drop:dir=in,opcode=ACKNOWLEDGE,nth=3", "--timeout", "30s")
 		assert.Regexp(t, `\n 2 +60 +[0-9.]+ `, c, op)
 	}
+}
+
+// printLat follows perftest's print_report_lat: the two largest samples
+// are left out (the first exchange carries the peer's start-up) and
+// t_typical is the median of the rest.
+func TestPrintLatLikePerftest(t *testing.T) {
+	us := time.Microsecond
+	samples := []time.Duration{113000 * us, 10 * us, 12 * us, 11 * us, 13 * us, 500 * us}
+	var b bytes.Buffer
+	printLat(&b, 64, 7, samples)
+	fields := strings.Fields(strings.Split(b.String(), "\n")[1])
+	require.GreaterOrEqual(t, len(fields), 7, b.String())
+	assert.Equal(t, []string{"64", "7", "10.00", "13.00", "11.50", "11.50"}, fields[:6], "bytes, iterations, t_min, t_max, t_typical, t_avg")
+	b.Reset()
+	printLat(&b, 64, 1, nil)
+	assert.Contains(t, b.String(), "no latency sample")
 }

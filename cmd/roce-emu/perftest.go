@@ -779,7 +779,7 @@ func (r *perftestTraffic) sendLat(client bool) ([]time.Duration, error) {
 	if err := r.count(r.iters, r.iters); err != nil {
 		return nil, fmt.Errorf("last iteration: %v", err)
 	}
-	return halfRTTs(append(posts, time.Now())), nil
+	return halfRTTs(posts), nil
 }
 
 func b2i(b bool) int {
@@ -789,7 +789,8 @@ func b2i(b bool) int {
 	return 0
 }
 
-// halfRTTs turns the times of consecutive sends into latency samples.
+// halfRTTs turns the times of consecutive sends into latency samples:
+// iterations-1 of them, as perftest takes them from tposted.
 func halfRTTs(posts []time.Time) []time.Duration {
 	s := make([]time.Duration, 0, len(posts)-1)
 	for i := 1; i < len(posts); i++ {
@@ -832,7 +833,7 @@ func (r *perftestTraffic) writeLat(first bool) ([]time.Duration, error) {
 			return nil, fmt.Errorf("waiting for the peer's write %d: %v", rcnt, err)
 		}
 	}
-	return halfRTTs(append(posts, time.Now())), nil
+	return halfRTTs(posts), nil
 }
 
 // pollByte waits until buf[at] holds want, as perftest spins on a
