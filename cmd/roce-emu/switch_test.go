@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +20,31 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
+
+// lockedBuffer is a bytes.Buffer that a command's goroutine can write
+// while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (l *lockedBuffer) Reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.Reset()
+}
 
 // freeUDPPortOn returns a UDP port that was free on addr a moment ago.
 func freeUDPPortOn(t *testing.T, addr string) uint16 {
@@ -44,31 +71,53 @@ func TestSwitchCommandDCQCN(t *testing.T) {
 		require.NoError(t, err)
 		senders = append(senders, c)
 	}
-	const swAddr = "127.0.0.100"
-	ports := []uint16{freeUDPPortOn(t, swAddr), freeUDPPortOn(t, swAddr)}
-	args := []string{"--addr", swAddr, "--receiver", rc.LocalAddr().String(), "--rate", "200Mbps",
-		"--kmin", "5000", "--kmax", "50000", "--pmax", "0.1", "--buffer", "4194304", "--duration", "3s", "--json"}
-	for i, c := range senders {
-		args = append(args, "--link", fmt.Sprintf("%d=%s", ports[i], c.LocalAddr()))
-	}
-	var stdout, stderr bytes.Buffer
-	done := make(chan int, 1)
-	go func() { done <- runSwitch(args, &stdout, &stderr) }()
-	// The switch binds its ports before it prints; wait for them.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c, err := net.ListenPacket("udp", fmt.Sprintf("%s:%d", swAddr, ports[1]))
-		if err != nil {
+	// An address no other test uses, so that ports picked here stay free
+	// (transport's tests bind ephemeral ports on 127.0.0.100).
+	const swAddr = "127.0.0.151"
+	var (
+		ports  []uint16
+		stdout = &lockedBuffer{}
+		stderr = &lockedBuffer{}
+		done   chan int
+	)
+	// A port found free may be taken before the switch binds it; then try
+	// other ports.
+	for attempt := 0; ; attempt++ {
+		ports = []uint16{freeUDPPortOn(t, swAddr), freeUDPPortOn(t, swAddr)}
+		if ports[0] == ports[1] {
+			continue
+		}
+		args := []string{"--addr", swAddr, "--receiver", rc.LocalAddr().String(), "--rate", "200Mbps",
+			"--kmin", "5000", "--kmax", "50000", "--pmax", "0.1", "--buffer", "4194304", "--duration", "3s", "--json"}
+		for i, c := range senders {
+			args = append(args, "--link", fmt.Sprintf("%d=%s", ports[i], c.LocalAddr()))
+		}
+		stdout.Reset()
+		stderr.Reset()
+		done = make(chan int, 1)
+		go func() { done <- runSwitch(args, stdout, stderr) }()
+		// The switch prints its ports once it has bound them.
+		bound := false
+		for deadline := time.Now().Add(10 * time.Second); !bound && time.Now().Before(deadline); {
+			if strings.Count(stdout.String(), "<-> sender") == len(ports) {
+				bound = true
+				break
+			}
+			select {
+			case code := <-done:
+				if strings.Contains(stderr.String(), "address already in use") && attempt < 5 {
+					t.Logf("attempt %d: %s", attempt, stderr.String())
+					deadline = time.Time{}
+					continue
+				}
+				t.Fatalf("switch exited with %d before binding: %s", code, stderr.String())
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		if bound {
 			break
 		}
-		c.Close()
-		select {
-		case code := <-done:
-			t.Fatalf("switch exited with %d before binding: %s", code, stderr.String())
-		default:
-		}
-		require.True(t, time.Now().Before(deadline), "the switch did not bind its ports")
-		time.Sleep(10 * time.Millisecond)
+		require.Less(t, attempt, 5, "the switch did not bind its ports: %s", stderr.String())
 	}
 
 	params, err := cc.Profile(cc.ProfilePaper, 200*cc.Mbps)
@@ -129,9 +178,9 @@ func TestSwitchCommandDCQCN(t *testing.T) {
 	require.Equal(t, 0, code, "stderr: %s", stderr.String())
 
 	// The last line is the switch's counters as JSON.
-	lines := bytes.Split(bytes.TrimSpace(stdout.Bytes()), []byte("\n"))
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	var st transport.SwitchStats
-	require.NoError(t, json.Unmarshal(lines[len(lines)-1], &st), "output: %s", stdout.String())
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &st), "output: %s", stdout.String())
 	var marked, cnps, handled uint64
 	for i, s := range ss {
 		assert.True(t, bytes.Equal(s.src, s.dst), "sender %d data", i)
