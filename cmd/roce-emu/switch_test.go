@@ -4,7 +4,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -15,7 +14,7 @@ import (
 	"time"
 
 	"github.com/roce-emu/roce-emu/cc"
-	"github.com/roce-emu/roce-emu/qp"
+	"github.com/roce-emu/roce-emu/internal/incast"
 	"github.com/roce-emu/roce-emu/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -123,57 +122,17 @@ func TestSwitchCommandDCQCN(t *testing.T) {
 	params, err := cc.Profile(cc.ProfilePaper, 200*cc.Mbps)
 	require.NoError(t, err)
 	params.MinTimeBetweenCNPs = 20 * time.Microsecond
-	access := qp.IBV_ACCESS_LOCAL_WRITE | qp.IBV_ACCESS_REMOTE_WRITE
-	rpd, rcq := recv.NewPD(), recv.NewCQ(64)
-	const size = 256 << 10
-	type sender struct {
-		q, rq    *transport.QP
-		cq       *transport.CQ
-		src, dst []byte
-		smr, dmr *qp.MR
-	}
-	var ss []*sender
-	for i, c := range senders {
+	var eps []*transport.Endpoint
+	for _, c := range senders {
 		ep := transport.NewEndpoint(c, transport.Options{ICRC: transport.ICRCAssumeID0})
 		defer ep.Close()
-		pd, cq := ep.NewPD(), ep.NewCQ(64)
-		q, err := ep.NewQP(pd, cq, cq, qp.InitAttr{SQSigAll: true, CC: &params})
-		require.NoError(t, err)
-		rq, err := recv.NewQP(rpd, rcq, rcq, qp.InitAttr{CC: &params})
-		require.NoError(t, err)
-		sw := netip.AddrPortFrom(netip.MustParseAddr(swAddr), ports[i])
-		require.NoError(t, q.Connect(transport.Remote{Addr: sw, QPN: rq.QPN(), PSN: 0x10}, 0x10, transport.ConnectAttr{Access: access, Timeout: 12}))
-		require.NoError(t, rq.Connect(transport.Remote{Addr: sw, QPN: q.QPN(), PSN: 0x10}, 0x10, transport.ConnectAttr{Access: access, Timeout: 12}))
-		s := &sender{q: q, rq: rq, cq: cq, src: make([]byte, size), dst: make([]byte, size)}
-		for k := range s.src {
-			s.src[k] = byte(k*7) ^ byte(i+1)
-		}
-		s.smr, err = pd.RegMR(s.src, qp.IBV_ACCESS_LOCAL_WRITE)
-		require.NoError(t, err)
-		s.dmr, err = rpd.RegMR(s.dst, access)
-		require.NoError(t, err)
-		ss = append(ss, s)
+		eps = append(eps, ep)
 	}
-	for _, s := range ss {
-		for k := range 4 {
-			off := k * size / 4
-			require.NoError(t, s.q.PostSend(qp.SendWR{WRID: uint64(k), Opcode: qp.IBV_WR_RDMA_WRITE,
-				SGEs: []qp.SGE{s.smr.SGE(off, size/4)}, RemoteAddr: s.dmr.VA + uint64(off), RKey: s.dmr.RKey}))
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	wc := make([]qp.WC, 8)
-	for i, s := range ss {
-		for got := 0; got < 4; {
-			n, err := s.cq.Wait(ctx, wc)
-			require.NoError(t, err, "sender %d", i)
-			for _, c := range wc[:n] {
-				require.Equal(t, qp.IBV_WC_SUCCESS, c.Status, "sender %d", i)
-			}
-			got += n
-		}
-	}
+	// Both ends of pair i talk to switch port i.
+	toSwitch := func(i int) netip.AddrPort { return netip.AddrPortFrom(netip.MustParseAddr(swAddr), ports[i]) }
+	ss := incast.Start(t, incast.Setup{Recv: recv, Senders: eps, Params: &params, PSN: 0x10,
+		Attr: transport.ConnectAttr{Timeout: 12}, Size: 256 << 10, WRs: 4, SenderPeer: toSwitch, RecvPeer: toSwitch})
+	incast.Wait(t, ss, 4)
 	code := <-done
 	require.Equal(t, 0, code, "stderr: %s", stderr.String())
 
@@ -183,15 +142,15 @@ func TestSwitchCommandDCQCN(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &st), "output: %s", stdout.String())
 	var marked, cnps, handled uint64
 	for i, s := range ss {
-		assert.True(t, bytes.Equal(s.src, s.dst), "sender %d data", i)
-		rcnt, scnt := s.rq.Counters(), s.q.Counters()
+		assert.True(t, bytes.Equal(s.Src, s.Dst), "sender %d data", i)
+		rcnt, scnt := s.RQ.Counters(), s.Q.Counters()
 		marked += rcnt.NPECNMarked
 		cnps += rcnt.NPCNPSent
 		handled += scnt.RPCNPHandled + scnt.RPCNPIgnored
 		t.Logf("sender %d: rp_cnp_handled %d, lowest rate %v; its receiver QP: np_ecn_marked_roce_packets %d, np_cnp_sent %d",
-			i, scnt.RPCNPHandled, s.q.CCLowestRate(), rcnt.NPECNMarked, rcnt.NPCNPSent)
+			i, scnt.RPCNPHandled, s.Q.CCLowestRate(), rcnt.NPECNMarked, rcnt.NPCNPSent)
 		assert.NotZero(t, scnt.RPCNPHandled, "sender %d handled CNPs", i)
-		assert.Less(t, float64(s.q.CCLowestRate()), 0.75*float64(params.LineRate), "sender %d cut its rate", i)
+		assert.Less(t, float64(s.Q.CCLowestRate()), 0.75*float64(params.LineRate), "sender %d cut its rate", i)
 	}
 	t.Logf("switch: %+v", st)
 	assert.NotZero(t, st.Marked, "the switch marked CE")
