@@ -23,6 +23,10 @@ type Datagram struct {
 	TOSKnown bool
 	// TTL is the IPv4 TTL or IPv6 hop limit to send with (0: the Conn's default).
 	TTL uint8
+
+	// zeroChecksum marks a datagram on the in-memory network that left
+	// with UDP checksum 0 (ListenOptions).
+	zeroChecksum bool
 }
 
 // Conn is a batch-first datagram connection on one local address.

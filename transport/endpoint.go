@@ -188,7 +188,7 @@ func (ep *Endpoint) receiveLocked(now time.Time, d *Datagram) {
 		ep.stats.UnknownQP++
 		return
 	}
-	if _, av := q.q.Remote(); av.Remote.Addr().Unmap() != d.Src.Addr().Unmap() {
+	if _, av := q.q.Remote(); av.Remote.Addr().Unmap().WithZone("") != d.Src.Addr().Unmap().WithZone("") {
 		ep.stats.BadSource++
 		return
 	}

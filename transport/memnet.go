@@ -32,6 +32,9 @@ type Network struct {
 	timer *time.Timer
 	// Stats.
 	Delivered, Lost, Duplicated, Corrupted, Overflowed uint64
+	// ZeroChecksumDropped counts IPv6 datagrams with UDP checksum 0 that a
+	// Conn with ListenOptions.RejectZeroChecksum6 dropped.
+	ZeroChecksumDropped uint64
 }
 
 // Impairments configure a Network. The zero value is a perfect network
@@ -75,8 +78,31 @@ func (n *Network) SetImpairments(imp Impairments) {
 	n.imp = imp
 }
 
-// Listen attaches a Conn at addr (port 0 means 4791).
+// ListenOptions configure one Conn on a Network. They model the UDP
+// socket choices of UDPOptions, so that what a kernel socket would do to
+// a datagram happens here too.
+type ListenOptions struct {
+	// ComputeUDPChecksum: datagrams sent carry a computed UDP checksum.
+	// By default they carry checksum 0, as UDPOptions.ComputeUDPChecksum
+	// and rxe.
+	ComputeUDPChecksum bool
+	// RejectZeroChecksum6 makes the Conn behave as a stock Linux UDP/IPv6
+	// socket: IPv6 datagrams that arrive with UDP checksum 0 are dropped
+	// (RFC 8200 section 8.1; the kernel counts them in Udp6InErrors unless
+	// the socket sets UDP_NO_CHECK6_RX), here counted in
+	// Network.ZeroChecksumDropped. roce-emu's own sockets accept them, so
+	// the default accepts too.
+	RejectZeroChecksum6 bool
+}
+
+// Listen attaches a Conn at addr (port 0 means 4791) with the default
+// ListenOptions.
 func (n *Network) Listen(addr netip.AddrPort) (Conn, error) {
+	return n.ListenWith(addr, ListenOptions{})
+}
+
+// ListenWith attaches a Conn at addr (port 0 means 4791) with opts.
+func (n *Network) ListenWith(addr netip.AddrPort, opts ListenOptions) (Conn, error) {
 	if addr.Port() == 0 {
 		addr = netip.AddrPortFrom(addr.Addr(), bth.UDPPort)
 	}
@@ -85,7 +111,7 @@ func (n *Network) Listen(addr netip.AddrPort) (Conn, error) {
 	if _, ok := n.conns[addr]; ok {
 		return nil, fmt.Errorf("transport: %s is already in use on this network", addr)
 	}
-	c := &memConn{net: n, addr: addr, in: make(chan Datagram, n.imp.QueueLen), done: make(chan struct{})}
+	c := &memConn{net: n, addr: addr, opts: opts, in: make(chan Datagram, n.imp.QueueLen), done: make(chan struct{})}
 	n.conns[addr] = c
 	return c, nil
 }
@@ -93,6 +119,7 @@ func (n *Network) Listen(addr netip.AddrPort) (Conn, error) {
 type memConn struct {
 	net     *Network
 	addr    netip.AddrPort
+	opts    ListenOptions
 	in      chan Datagram
 	done    chan struct{}
 	closed  sync.Once
@@ -151,6 +178,7 @@ func (c *memConn) WriteBatch(ds []Datagram) (int, error) {
 	for i := range ds {
 		d := ds[i]
 		d.Src = netip.AddrPortFrom(c.addr.Addr(), d.Src.Port())
+		d.zeroChecksum = !c.opts.ComputeUDPChecksum
 		c.net.send(d)
 	}
 	return len(ds), nil
@@ -298,6 +326,10 @@ func (c *memConn) deliver() {
 		p := heap.Pop(&c.pending).(pending)
 		if p.done != nil {
 			p.done()
+		}
+		if p.d.zeroChecksum && c.opts.RejectZeroChecksum6 && !p.d.Dst.Addr().Unmap().Is4() {
+			n.ZeroChecksumDropped++
+			continue
 		}
 		select {
 		case c.in <- p.d:

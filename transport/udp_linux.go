@@ -31,6 +31,16 @@ type UDPOptions struct {
 	SocketBuffer int
 	// EphemeralPort makes port 0 mean "any free port" instead of 4791.
 	EphemeralPort bool
+	// ComputeUDPChecksum makes the kernel compute the UDP checksum of
+	// the datagrams sent. By default (false) they leave with UDP checksum
+	// 0, over IPv4 (SO_NO_CHECK) and IPv6 (UDP_NO_CHECK6_TX) alike, as rxe
+	// sends RoCEv2 (rxe_net.c writes checksum 0; seen on the wire in
+	// ../shared/testdata/cases/interop) and as RFC 6935 and 6936 allow for
+	// tunnel protocols over IPv6: the ICRC protects the packet. Receiving
+	// never depends on it: every socket accepts checksum 0 over IPv6
+	// (UDP_NO_CHECK6_RX), which a stock Linux UDP/IPv6 socket drops and
+	// counts in Udp6InErrors.
+	ComputeUDPChecksum bool
 }
 
 // batchConn is what ipv4.PacketConn and ipv6.PacketConn share.
@@ -70,6 +80,9 @@ type sender struct {
 func ListenUDP(addr netip.AddrPort, opts UDPOptions) (Conn, error) {
 	if addr.Port() == 0 && !opts.EphemeralPort {
 		addr = netip.AddrPortFrom(addr.Addr(), bth.UDPPort)
+	}
+	if a := addr.Addr(); a.Is6() && a.IsLinkLocalUnicast() && a.Zone() == "" {
+		return nil, fmt.Errorf("transport: link-local address %s needs a zone, as in %s%%eth0", a, a)
 	}
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = 64
@@ -120,7 +133,17 @@ func (c *udpConn) open(port uint16, recv bool) (*sender, error) {
 		}
 		set(unix.SOL_SOCKET, unix.SO_RCVBUF, c.opts.SocketBuffer)
 		set(unix.SOL_SOCKET, unix.SO_SNDBUF, c.opts.SocketBuffer)
+		noCheckTX := 1
+		if c.opts.ComputeUDPChecksum {
+			noCheckTX = 0
+		}
 		if c.v6 {
+			// RoCEv2 peers send checksum 0 over IPv6 (rxe does): accept it.
+			set(unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1)
+			set(unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_TX, noCheckTX)
+			// Flow label 0, as rxe sends (the kernel would otherwise put a
+			// flow hash there: net.ipv6.auto_flowlabels). The ICRC masks it.
+			set(unix.IPPROTO_IPV6, unix.IPV6_AUTOFLOWLABEL, 0)
 			set(unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
 			set(unix.IPPROTO_IPV6, unix.IPV6_TCLASS, int(c.opts.TOS))
 			set(unix.IPPROTO_IPV6, unix.IPV6_UNICAST_HOPS, int(c.opts.TTL))
@@ -128,6 +151,7 @@ func (c *udpConn) open(port uint16, recv bool) (*sender, error) {
 				set(unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1)
 			}
 		} else {
+			set(unix.SOL_SOCKET, unix.SO_NO_CHECK, noCheckTX)
 			set(unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
 			set(unix.IPPROTO_IP, unix.IP_TOS, int(c.opts.TOS))
 			set(unix.IPPROTO_IP, unix.IP_TTL, int(c.opts.TTL))
@@ -153,6 +177,16 @@ func (c *udpConn) open(port uint16, recv bool) (*sender, error) {
 }
 
 func (c *udpConn) LocalAddr() netip.AddrPort { return c.local }
+
+// withZone gives a link-local destination without a zone the zone of the
+// local address: GIDs carry none, and the kernel needs one to pick the
+// interface (fe80::2 reached through fe80::1%tap0 goes out of tap0).
+func (c *udpConn) withZone(dst netip.AddrPort) netip.AddrPort {
+	if a := dst.Addr(); a.Zone() == "" && a.Is6() && (a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast()) {
+		return netip.AddrPortFrom(a.WithZone(c.local.Addr().Zone()), dst.Port())
+	}
+	return dst
+}
 
 // SourcePort opens (once) a socket bound to want on the local address. If
 // the port is taken it falls back to the receive port.
@@ -206,11 +240,10 @@ func (c *udpConn) ReadBatch(ds []Datagram) (int, error) {
 			d.Data = append(d.Data[:0], m.Buffers[0][:m.N]...)
 		}
 		if ua, ok := m.Addr.(*net.UDPAddr); ok {
+			// A GID has no zone, and the QP's remote address came from a
+			// GID: link-local sources are compared without theirs.
 			ap := ua.AddrPort()
-			d.Src = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-			if !c.v6 {
-				d.Src = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-			}
+			d.Src = netip.AddrPortFrom(ap.Addr().Unmap().WithZone(""), ap.Port())
 		}
 		d.Dst = c.local
 		d.TOS, d.TOSKnown = parseTOS(m.OOB[:m.NN])
@@ -292,7 +325,7 @@ func (c *udpConn) WriteBatch(ds []Datagram) (int, error) {
 			}
 			c.woob[i] = c.cmsgs(c.woob[i], tos, ttl)
 			ms[i] = ipv4.Message{Buffers: [][]byte{run[i].Data}, OOB: c.woob[i],
-				Addr: net.UDPAddrFromAddrPort(run[i].Dst)}
+				Addr: net.UDPAddrFromAddrPort(c.withZone(run[i].Dst))}
 		}
 		for off := 0; off < len(ms); {
 			n, err := s.b.WriteBatch(ms[off:], 0)

@@ -26,6 +26,7 @@ type netFlags struct {
 	faults  multiFlag
 	seed    uint64
 	icrc    bool
+	csum    bool
 }
 
 type multiFlag []string
@@ -40,6 +41,7 @@ func (n *netFlags) register(fs *flag.FlagSet, defaultBind string) {
 	fs.Float64Var(&n.loss, "loss", 0, "drop each packet, in both directions, with `probability` P (0-1)")
 	fs.Var(&n.faults, "fault", "inject a fault, as ACTION[:KEY=VALUE,...] (repeatable); e.g. drop:dir=out,opcode=RC_RDMA_WRITE_MIDDLE,nth=2 (see README)")
 	fs.Uint64Var(&n.seed, "seed", 1, "random `seed` for --loss and probabilistic faults")
+	fs.BoolVar(&n.csum, "udp-checksum", false, "send a computed UDP checksum instead of 0 (rxe sends 0, over IPv4 and IPv6; roce-emu accepts both)")
 	fs.BoolVar(&n.icrc, "verify-icrc", false, "check the ICRC of received packets assuming the sender's IP ID is 0 (true of roce-emu peers, not of rxe)")
 }
 
@@ -87,7 +89,7 @@ func (n *netFlags) openEndpoint() (*transport.Endpoint, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	conn, err := transport.ListenUDP(netip.AddrPortFrom(addr, uint16(n.udpPort)), transport.UDPOptions{})
+	conn, err := transport.ListenUDP(netip.AddrPortFrom(addr, uint16(n.udpPort)), transport.UDPOptions{ComputeUDPChecksum: n.csum})
 	if err != nil {
 		return nil, nil, fmt.Errorf("cannot listen on %s UDP port %d: %v", addr, n.udpPort, err)
 	}
