@@ -31,7 +31,13 @@ import (
 const (
 	hostIP  = "192.0.2.1"
 	guestIP = "192.0.2.2"
-	tap     = "tap0"
+	// The IPv6 addresses beside them (interop/run puts hostIP6 on the tap,
+	// the guest's init guestIP6 on eth0; rxe adds a GID for it).
+	hostIP6  = "fd00::1"
+	guestIP6 = "fd00::2"
+	// guestGID6 is guestIP6 as /sys/class/infiniband/rxe0/ports/1/gids/N shows it.
+	guestGID6 = "fd00:0000:0000:0000:0000:0000:0000:0002"
+	tap       = "tap0"
 )
 
 type harness struct {
@@ -47,6 +53,26 @@ type harness struct {
 	lastFault *faultCheck
 	// current is the name of the scenario running.
 	current string
+	// v6 says the scenario running puts RoCEv2 on IPv6 (hostIP6 and the
+	// guest's GID gid6) instead of IPv4 (GID index 1).
+	v6   bool
+	gid6 int
+}
+
+// hostRoCE is the host address roce-emu binds RoCEv2 to.
+func (h *harness) hostRoCE() string {
+	if h.v6 {
+		return hostIP6
+	}
+	return hostIP
+}
+
+// gid is the guest's GID index for the scenario's address family.
+func (h *harness) gid() int {
+	if h.v6 {
+		return h.gid6
+	}
+	return 1
 }
 
 func main() {
@@ -73,7 +99,7 @@ func main() {
 		h.failed++
 	} else {
 		h.passed++
-		fmt.Printf("PASS boot: guest up in %.1fs\n", time.Since(start).Seconds())
+		fmt.Printf("PASS boot: guest up in %.1fs; rxe0 GID 1 is ::ffff:%s, GID %d is %s\n", time.Since(start).Seconds(), guestIP, h.gid6, guestIP6)
 		h.runAll()
 	}
 	h.stopGuest()
@@ -93,7 +119,7 @@ func (h *harness) bootGuest(timeout time.Duration) error {
 	}
 	h.qemu = exec.Command("qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-m", "1024", "-smp", "1",
 		"-kernel", filepath.Join(h.guestDir, "vmlinuz"), "-initrd", filepath.Join(h.guestDir, "initrd.gz"),
-		"-append", "console=ttyS0 quiet panic=-1 roceemu.ip="+guestIP+"/24",
+		"-append", "console=ttyS0 quiet panic=-1 roceemu.ip="+guestIP+"/24 roceemu.ip6="+guestIP6+"/64",
 		"-netdev", "tap,id=n0,ifname="+tap+",script=no,downscript=no", "-device", "virtio-net-pci,netdev=n0",
 		"-display", "none", "-serial", "file:"+logf.Name(), "-monitor", "none", "-no-reboot",
 		"-pidfile", filepath.Join(h.out, "qemu.pid"))
@@ -114,10 +140,31 @@ func (h *harness) bootGuest(timeout time.Duration) error {
 			if !strings.Contains(out, "0000:0000:0000:0000:0000:ffff:c000:0202") {
 				return fmt.Errorf("rxe0 is ACTIVE but GID 1 is not ::ffff:192.0.2.2: %s", strings.TrimSpace(out))
 			}
-			return nil
+			return h.findGID6(deadline)
 		}
 	}
 	return fmt.Errorf("the guest did not answer on %s:2323 within %s; see %s", guestIP, timeout, logf.Name())
+}
+
+// findGID6 finds the index of rxe's GID for guestIP6, by address: the
+// table's order depends on when the kernel added each address.
+func (h *harness) findGID6(deadline time.Time) error {
+	var last string
+	for time.Now().Before(deadline) {
+		out, rc, err := h.guest("cd /sys/class/infiniband/rxe0/ports/1/gids && for f in *; do echo $f $(cat $f); done | grep -v ' 0000:0000:0000:0000:0000:0000:0000:0000$'; ip -6 addr show dev eth0", 10*time.Second)
+		last = fmt.Sprintf("%s (exit %d, %v)", out, rc, err)
+		if err == nil {
+			for _, l := range strings.Split(out, "\n") {
+				f := strings.Fields(l)
+				if len(f) == 2 && f[1] == guestGID6 {
+					h.gid6, _ = strconv.Atoi(f[0])
+					return nil
+				}
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	return fmt.Errorf("rxe0 has no GID for %s: %s", guestIP6, strings.TrimSpace(last))
 }
 
 func (h *harness) stopGuest() {

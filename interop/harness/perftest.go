@@ -123,11 +123,13 @@ func (h *harness) perftest(c perftestCase, ourClient bool, guestMTU, ourMTU int,
 	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)
 	defer cancel()
 	s, n := strconv.Itoa(c.size), strconv.Itoa(c.iters)
-	args := []string{c.kind, "--perftest", "-o", c.op, "--bind", hostIP, "-s", s, "-n", n, "-m", strconv.Itoa(ourMTU), "--timeout", "45s"}
+	args := []string{c.kind, "--perftest", "-o", c.op, "--bind", h.hostRoCE(), "-s", s, "-n", n, "-m", strconv.Itoa(ourMTU), "--timeout", "45s"}
 	if fault != nil {
 		args = append(args, "--fault", fault.spec)
 	}
-	guestCmd := fmt.Sprintf("timeout 50 %s -d rxe0 -x 1 -s %s -n %s", c.program(), s, n)
+	// perftest's TCP exchange stays on IPv4; the GID (-x) and roce-emu's
+	// --bind choose the family RoCEv2 runs on.
+	guestCmd := fmt.Sprintf("timeout 50 %s -d rxe0 -x %d -s %s -n %s", c.program(), h.gid(), s, n)
 	type res struct {
 		out string
 		rc  int
@@ -168,6 +170,9 @@ func (h *harness) perftest(c perftestCase, ourClient bool, guestMTU, ourMTU int,
 	g := <-guestDone
 	side := map[bool]string{true: "roce-emu-client", false: "rxe-client"}[ourClient]
 	logName := fmt.Sprintf("perftest-%s-%s-mtu%d-%s", c.program(), side, guestMTU, map[bool]string{true: "fault", false: "clean"}[fault != nil])
+	if h.v6 {
+		logName += "-ipv6"
+	}
 	h.writeLog(logName+"-roce-emu", ours.String())
 	h.writeLog(logName+"-guest", g.out)
 	o := ours.String()

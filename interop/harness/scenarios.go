@@ -19,6 +19,11 @@ type scenario struct {
 }
 
 func (h *harness) scenarios() []scenario {
+	return append(h.scenarios4(), h.ipv6Scenarios()...)
+}
+
+// scenarios4 are the scenarios over IPv4.
+func (h *harness) scenarios4() []scenario {
 	var ss []scenario
 	for _, mtu := range []int{1024, 4096} {
 		for _, size := range []int{1, 64, 4096, 65536} {
@@ -57,6 +62,38 @@ func (h *harness) scenarios() []scenario {
 	return append(ss, h.perftestScenarios()...)
 }
 
+// ipv6 runs s with RoCEv2 over IPv6: roce-emu bound to hostIP6, rxe on
+// its GID for guestIP6. rxe sends UDP checksum 0 over IPv6 and so does
+// roce-emu; the capture check then also wants every RoCEv2 packet on
+// IPv6 with checksum 0 in both directions.
+func ipv6(s scenario) scenario {
+	s.name += "-ipv6"
+	s.proves = "over IPv6 (" + hostIP6 + " <-> " + guestIP6 + ", UDP checksum 0 both ways): " + s.proves
+	return s
+}
+
+// ipv6Scenarios are the scenarios that matter run again over IPv6:
+// rc_pingpong at both MTUs in both roles, ib_write_bw, ib_read_bw and
+// ib_send_lat in both roles, and a dropped packet.
+func (h *harness) ipv6Scenarios() []scenario {
+	var ss []scenario
+	for _, s := range h.scenarios4() {
+		switch s.name {
+		case "pingpong-rxe-client-mtu1024-s1", "pingpong-roce-emu-client-mtu1024-s1",
+			"pingpong-rxe-client-mtu1024-s4096", "pingpong-roce-emu-client-mtu1024-s4096",
+			"pingpong-rxe-client-mtu1024-s65536", "pingpong-roce-emu-client-mtu1024-s65536",
+			"pingpong-rxe-client-mtu4096-s4096", "pingpong-roce-emu-client-mtu4096-s4096",
+			"pingpong-rxe-client-mtu4096-s65536", "pingpong-roce-emu-client-mtu4096-s65536",
+			"fault-drop-send-middle-towards-rxe", "fault-drop-send-middle-from-rxe",
+			"perftest-ib_write_bw-rxe-client", "perftest-ib_write_bw-roce-emu-client",
+			"perftest-ib_read_bw-rxe-client", "perftest-ib_read_bw-roce-emu-client",
+			"perftest-ib_send_lat-rxe-client", "perftest-ib_send_lat-roce-emu-client":
+			ss = append(ss, ipv6(s))
+		}
+	}
+	return ss
+}
+
 // faultCheck is what a fault scenario injects and expects to see counted.
 type faultCheck struct {
 	spec string
@@ -72,6 +109,7 @@ func (h *harness) runAll() {
 		}
 		start := time.Now()
 		h.current = s.name
+		h.v6 = strings.HasSuffix(s.name, "-ipv6") // see ipv6
 		before, err := h.counters()
 		var capt *capture
 		if err == nil {
@@ -146,11 +184,11 @@ func (h *harness) pingpong(ourClient bool, mtu, size, iters int, fault *faultChe
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	n, s, m := strconv.Itoa(iters), strconv.Itoa(size), strconv.Itoa(mtu)
-	args := []string{"--bind", hostIP, "-n", n, "-s", s, "-m", m, "--timeout", "90s"}
+	args := []string{"--bind", h.hostRoCE(), "-n", n, "-s", s, "-m", m, "--timeout", "90s"}
 	if fault != nil {
 		args = append(args, "--fault", fault.spec)
 	}
-	guestCmd := "ibv_rc_pingpong -d rxe0 -g 1 -n " + n + " -s " + s + " -m " + m
+	guestCmd := "ibv_rc_pingpong -d rxe0 -g " + strconv.Itoa(h.gid()) + " -n " + n + " -s " + s + " -m " + m
 	type res struct {
 		out string
 		rc  int
@@ -180,14 +218,17 @@ func (h *harness) pingpong(ourClient bool, mtu, size, iters int, fault *faultChe
 			return "", err
 		}
 		time.Sleep(500 * time.Millisecond)
-		out, rc, err := h.guest(guestCmd+" "+hostIP, 100*time.Second)
+		// Over IPv6 the guest's client also reaches roce-emu's TCP port by
+		// its IPv6 address; roce-emu as client uses the guest's IPv4 one
+		// (rc_pingpong's server may listen on IPv4 only).
+		out, rc, err := h.guest(guestCmd+" "+h.hostRoCE(), 100*time.Second)
 		guestDone <- res{out, rc, err}
 		oursErr = cmd.Wait()
 		ours = buf
 	}
 	g := <-guestDone
-	h.writeLog(fmt.Sprintf("pingpong-%v-%d-%d-%d-roce-emu", ourClient, mtu, size, iters), ours.String())
-	h.writeLog(fmt.Sprintf("pingpong-%v-%d-%d-%d-guest", ourClient, mtu, size, iters), g.out)
+	h.writeLog("pingpong-roce-emu", ours.String())
+	h.writeLog("pingpong-guest", g.out)
 	switch {
 	case g.err != nil:
 		return "", fmt.Errorf("guest: %v", g.err)
@@ -303,5 +344,25 @@ func (h *harness) checkCapture(file string) (string, int, error) {
 		return "", -1, fmt.Errorf("tshark reports malformed packets: %s", lastLines(string(e), 4))
 	}
 	naks := s.AETH["NAK_PSN_SEQ"] + s.AETH["RNR_NAK"]
-	return fmt.Sprintf("capture: %d RoCEv2 packets, ICRC valid on all, tshark agrees; NAKs %d", s.RoCE, naks), naks, nil
+	family := ""
+	if h.v6 {
+		// Every RoCEv2 packet on IPv6, and UDP checksum 0 from both sides
+		// (rxe's choice, and roce-emu's default), which each side accepted.
+		count := func(filter string) (int, error) {
+			out, err := exec.Command("tshark", "-r", file, "-Y", filter, "-T", "fields", "-e", "frame.number").Output()
+			return strings.Count(string(out), "\n"), err
+		}
+		v6, err := count("infiniband && ipv6")
+		if err != nil || v6 != s.RoCE {
+			return "", -1, fmt.Errorf("%d of %d RoCEv2 packets are on IPv6 (tshark: %v)", v6, s.RoCE, err)
+		}
+		var zero [2]int
+		for i, src := range []string{hostIP6, guestIP6} {
+			if zero[i], err = count("infiniband && udp.checksum == 0 && ipv6.src == " + src); err != nil || zero[i] == 0 {
+				return "", -1, fmt.Errorf("no RoCEv2 packet from %s with UDP checksum 0 (tshark: %v)", src, err)
+			}
+		}
+		family = fmt.Sprintf(", all on IPv6, UDP checksum 0 on %d from roce-emu and %d from rxe", zero[0], zero[1])
+	}
+	return fmt.Sprintf("capture: %d RoCEv2 packets%s, ICRC valid on all, tshark agrees; NAKs %d", s.RoCE, family, naks), naks, nil
 }
