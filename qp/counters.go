@@ -62,7 +62,7 @@ type Counters struct {
 
 // Drops returns the packets the QP dropped, the sum of the drop counters
 // (see Counters).
-func (c *Counters) Drops() uint64 {
+func (c Counters) Drops() uint64 {
 	return c.ImpliedNakSeqErr + c.ImpliedNakDuringRetry + c.DuplicateResponse + c.UnexpectedResponse +
 		c.ResponseMismatch + c.ReadResponseMalformed + c.ReservedSyndrome + c.OutOfSequence +
 		c.DuplicateNoResource + c.RespQueueFull + c.RPCNPIgnored + c.OpcodeErr + c.PKeyViolations + c.QPStateErr

@@ -35,6 +35,15 @@ func TestDeviceKeysAndVAs(t *testing.T) {
 	assert.Equal(t, uint64(firstVA), m1.VA)
 	_, err = a.RegMR(nil, IBV_ACCESS_LOCAL_WRITE)
 	assert.ErrorIs(t, err, ErrEmptyMR)
+	// A PD not made by a device is refused, not a panic.
+	var zero PD
+	_, err = zero.RegMR(make([]byte, 8), IBV_ACCESS_LOCAL_WRITE)
+	assert.ErrorIs(t, err, ErrNoDevice)
+	_, err = zero.RegMRAt(make([]byte, 8), firstVA, IBV_ACCESS_LOCAL_WRITE)
+	assert.ErrorIs(t, err, ErrNoDevice)
+	_, err = New(InitAttr{PD: &zero, SendCQ: NewCQ(1), RecvCQ: NewCQ(1)})
+	assert.ErrorIs(t, err, ErrNoDevice)
+	assert.ErrorIs(t, err, ErrBadAttr)
 }
 
 // The device numbers QPs from 0x11 (rxe's first), refuses a QPN in use,

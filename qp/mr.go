@@ -44,11 +44,15 @@ var (
 	ErrBadAccess  = errors.New("qp: remote write or atomic access needs local write access")
 	ErrMROverlaps = errors.New("qp: memory region overlaps another in the protection domain")
 	ErrUnknownMR  = errors.New("qp: memory region not registered in this protection domain")
+	ErrNoDevice   = errors.New("qp: protection domain not made by Device.NewPD")
 )
 
 // RegMR registers buf with the given access and places it at the device's
 // next free page-aligned virtual address.
 func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
+	if pd.dev == nil {
+		return nil, ErrNoDevice
+	}
 	if len(buf) == 0 {
 		return nil, ErrEmptyMR
 	}
@@ -59,6 +63,9 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 // peers that must reproduce a known address. As in verbs, REMOTE_WRITE and
 // REMOTE_ATOMIC require LOCAL_WRITE.
 func (pd *PD) RegMRAt(buf []byte, va uint64, access Access) (*MR, error) {
+	if pd.dev == nil {
+		return nil, ErrNoDevice
+	}
 	if len(buf) == 0 {
 		return nil, ErrEmptyMR
 	}

@@ -173,6 +173,9 @@ func New(init InitAttr) (*QP, error) {
 	if init.PD == nil || init.SendCQ == nil || init.RecvCQ == nil {
 		return nil, fmt.Errorf("%w: a QP needs a PD, a send CQ and a receive CQ", ErrBadAttr)
 	}
+	if init.PD.dev == nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadAttr, ErrNoDevice)
+	}
 	if init.QPN == 1 || init.QPN > 0xFFFFFF {
 		return nil, fmt.Errorf("%w: QPN %#x (must be 2..0xFFFFFF, or 0 to allocate; 1 is special)", ErrBadAttr, init.QPN)
 	}
