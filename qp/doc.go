@@ -42,16 +42,16 @@
 //
 // Unreliable Connected and Unreliable Datagram plug in as second
 // implementations of service, chosen in New from a service type in
-// InitAttr (ibv_qp_init_attr.qp_type): a UC service's opcode accepts the
-// UC class (0x20-0x3F: SEND and RDMA WRITE only) and postable refuses
-// READ and atomics; its checkPSN drops the message in progress on a gap
-// and resynchronises on the next First/Only instead of NAKing (as rxe's
-// check_psn does for IB_QPT_UC); requestSent completes a WQE when its last packet
-// leaves, so the completer never runs; executed, noReceiveWQE and reject
-// send nothing (a missing receive WQE or a bad request drops the
-// message). UD adds the DETH (Q_Key, source QPN) and one-packet messages
-// on top of that, and an address vector per work request. The halves and
-// the counters stay as they are.
+// InitAttr (ibv_qp_init_attr.qp_type). A UC service's opcodes table holds
+// the UC class (0x20-0x3F: SEND and RDMA WRITE only) and its postable
+// refuses READ and atomics; its outOfSequence abandons the message in
+// progress on a gap and resynchronises on the next First/Only instead of
+// NAKing (as rxe's check_psn does for IB_QPT_UC); its requestSent
+// completes a WQE when its last packet leaves, so the completer never
+// runs; its ackRequested, noReceiveWQE and reject send nothing (a missing
+// receive WQE or a bad request drops the message). UD adds the DETH
+// (Q_Key, source QPN), one-packet messages and an address vector per work
+// request on top of that. The halves and the counters stay as they are.
 //
 // Every packet a QP drops is counted in exactly one counter named for its
 // cause (see Counters and Counters.Drops).

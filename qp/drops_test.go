@@ -228,7 +228,7 @@ func TestRCServiceSeam(t *testing.T) {
 	var s service = rcService{}
 	assert.Equal(t, "RC", s.name())
 	for op := range 256 {
-		info := s.opcode(bth.Opcode(op))
+		info := s.opcodes()[op]
 		if bth.Opcode(op).Transport() != bth.TransportRC {
 			assert.Nil(t, info, "opcode %#x is not RC's", op)
 		} else {

@@ -162,6 +162,7 @@ type QP struct {
 	Counters  Counters
 
 	svc  service
+	ops  *[256]*bth.OpInfo // svc.opcodes()
 	req  requester
 	comp completer
 	resp responder
@@ -190,6 +191,7 @@ func New(init InitAttr) (*QP, error) {
 	}
 	q := &QP{pd: init.PD, scq: init.SendCQ, rcq: init.RecvCQ, sigAll: init.SQSigAll,
 		strict: init.StrictRetryCount, maxSend: init.MaxSendWR, maxRecv: init.MaxRecvWR, svc: rcService{}}
+	q.ops = q.svc.opcodes()
 	if init.CC != nil {
 		c, err := newCongestion(init.CC, init.CCAlgorithm)
 		if err != nil {
@@ -464,7 +466,7 @@ func (q *QP) HandlePacket(now time.Time, p *bth.Packet, ecn bth.ECN) {
 		}
 		return
 	}
-	info := q.svc.opcode(op)
+	info := q.ops[op]
 	if info == nil {
 		q.Counters.OpcodeErr++
 		return

@@ -134,9 +134,10 @@ func (s *responder) fatal(psn bth.PSN, syn bth.Syndrome, status WCStatus) {
 func (s *responder) handle(p *bth.Packet, info *bth.OpInfo) {
 	q := s.q
 	psn := p.BTH.PSN
-	if !q.svc.checkPSN(s, p, info) {
+	if psn.Diff(s.ePSN) != 0 && !q.svc.outOfSequence(s, p, info) {
 		return
 	}
+	s.nakSent = false
 
 	// Opcode sequence: inside a SEND or WRITE only its Middle/Last may come.
 	if s.inMsg != bth.OpUnknown {
@@ -217,7 +218,9 @@ func (s *responder) recvSend(p *bth.Packet, info *bth.OpInfo) {
 	s.ePSN = psn.Next()
 	if !info.Ends() {
 		s.inMsg = bth.OpSend
-		q.svc.executed(s, psn, p.BTH.AckReq)
+		if p.BTH.AckReq {
+			q.svc.ackRequested(s, psn)
+		}
 		return
 	}
 	s.inMsg = bth.OpUnknown
@@ -233,7 +236,9 @@ func (s *responder) recvSend(p *bth.Packet, info *bth.OpInfo) {
 	}
 	s.cur = nil
 	q.rcq.push(wc)
-	q.svc.executed(s, psn, p.BTH.AckReq)
+	if p.BTH.AckReq {
+		q.svc.ackRequested(s, psn)
+	}
 }
 
 func (s *responder) recvWrite(p *bth.Packet, info *bth.OpInfo) {
@@ -272,7 +277,9 @@ func (s *responder) recvWrite(p *bth.Packet, info *bth.OpInfo) {
 	s.ePSN = psn.Next()
 	if !info.Ends() {
 		s.inMsg = bth.OpWrite
-		q.svc.executed(s, psn, p.BTH.AckReq)
+		if p.BTH.AckReq {
+			q.svc.ackRequested(s, psn)
+		}
 		return
 	}
 	s.inMsg = bth.OpUnknown
@@ -282,7 +289,9 @@ func (s *responder) recvWrite(p *bth.Packet, info *bth.OpInfo) {
 			ByteLen: uint32(s.wlen), ImmData: uint32(p.ImmDt), Flags: IBV_WC_WITH_IMM, QPNum: q.QPN, SrcQP: q.attr.DestQPN})
 		s.cur = nil
 	}
-	q.svc.executed(s, psn, p.BTH.AckReq)
+	if p.BTH.AckReq {
+		q.svc.ackRequested(s, psn)
+	}
 }
 
 // remote checks a remote access against both the QP's access flags and

@@ -20,22 +20,25 @@ type service interface {
 
 	// Which opcodes are valid.
 
-	// opcode returns the description of an inbound opcode the service
-	// carries, or nil for an opcode of another service class or one the
-	// service does not have (IBTA 9.2.1 Table 38; C9-43: a packet of
-	// another class is dropped).
-	opcode(op bth.Opcode) *bth.OpInfo
+	// opcodes returns, indexed by opcode, the description of each inbound
+	// opcode the service carries, and nil for an opcode of another
+	// service class or one the service does not have (IBTA 9.2.1 Table
+	// 38; C9-43: a packet of another class is dropped). A QP reads the
+	// table once, at New, so that no packet pays for a call.
+	opcodes() *[256]*bth.OpInfo
 	// postable reports whether the service carries a send work request
 	// of opcode op (ibv_post_send's EINVAL otherwise).
 	postable(op WROpcode) bool
 
 	// PSN checking.
 
-	// checkPSN is the responder's sequence check on a request (IBTA
-	// 9.7.4.1.x for RC): it reports whether the request is the next one
-	// and is to be executed. Otherwise it has answered or dropped the
-	// request and counted it.
-	checkPSN(r *responder, p *bth.Packet, info *bth.OpInfo) bool
+	// outOfSequence is asked about a request whose PSN is not the one
+	// the responder expects (IBTA 9.7.4.1.x for RC); a request in
+	// sequence goes on without asking. It reports whether the responder
+	// executes the request anyway; otherwise it has answered or dropped
+	// it and counted it. RC never does: it NAKs the first request ahead
+	// of a gap and answers duplicates. UC resynchronises on it.
+	outOfSequence(r *responder, p *bth.Packet, info *bth.OpInfo) bool
 
 	// Acknowledgement, NAKs and retransmission.
 
@@ -44,9 +47,9 @@ type service interface {
 	// and every AckReqInterval packets and arms the local ACK timer, so
 	// that the completer retires the WQE when the ACK comes.
 	requestSent(now time.Time, r *requester, out *bth.Packet, last bool)
-	// executed is told of each SEND or RDMA WRITE packet the responder
-	// placed in sequence: RC acknowledges it when it asked for an ACK.
-	executed(r *responder, psn bth.PSN, ackReq bool)
+	// ackRequested is told of each SEND or RDMA WRITE packet with AckReq
+	// set that the responder placed in sequence: RC acknowledges it.
+	ackRequested(r *responder, psn bth.PSN)
 	// noReceiveWQE is told that a message needs a receive WQE and none is
 	// posted: RC sends an RNR NAK (IBTA 9.7.5.2.8).
 	noReceiveWQE(r *responder, psn bth.PSN)
@@ -63,18 +66,23 @@ type rcService struct{}
 
 func (rcService) name() string { return "RC" }
 
-func (rcService) opcode(op bth.Opcode) *bth.OpInfo {
-	if op.Transport() != bth.TransportRC {
-		return nil
+// rcOpcodeTable are the RC opcodes (0x00-0x1F) bth knows.
+var rcOpcodeTable = func() *[256]*bth.OpInfo {
+	var t [256]*bth.OpInfo
+	for op := range t {
+		if bth.Opcode(op).Transport() == bth.TransportRC {
+			t[op] = bth.Opcode(op).Info()
+		}
 	}
-	return op.Info()
-}
+	return &t
+}()
+
+func (rcService) opcodes() *[256]*bth.OpInfo { return rcOpcodeTable }
 
 func (rcService) postable(op WROpcode) bool { return op <= IBV_WR_SEND_WITH_INV }
 
-func (rcService) checkPSN(r *responder, p *bth.Packet, info *bth.OpInfo) bool {
-	switch d := p.BTH.PSN.Diff(r.ePSN); {
-	case d > 0:
+func (rcService) outOfSequence(r *responder, p *bth.Packet, info *bth.OpInfo) bool {
+	if p.BTH.PSN.After(r.ePSN) {
 		// Ahead of what we expect: one NAK, then silence until the
 		// expected PSN arrives.
 		r.q.Counters.OutOfSequence++
@@ -83,13 +91,10 @@ func (rcService) checkPSN(r *responder, p *bth.Packet, info *bth.OpInfo) bool {
 			r.nak(r.ePSN, bth.SyndromePSNSeqErr)
 		}
 		return false
-	case d < 0:
-		r.q.Counters.DuplicateRequest++
-		r.duplicate(p, info)
-		return false
 	}
-	r.nakSent = false
-	return true
+	r.q.Counters.DuplicateRequest++
+	r.duplicate(p, info)
+	return false
 }
 
 func (rcService) requestSent(now time.Time, r *requester, out *bth.Packet, last bool) {
@@ -98,14 +103,12 @@ func (rcService) requestSent(now time.Time, r *requester, out *bth.Packet, last 
 		out.BTH.AckReq = true
 		r.noAck = 0
 	}
-	r.q.comp.armTimer(now)
-}
-
-func (rcService) executed(r *responder, psn bth.PSN, ackReq bool) {
-	if ackReq {
-		r.ack(psn)
+	if c := &r.q.comp; c.retransmitAt.IsZero() {
+		c.armTimer(now)
 	}
 }
+
+func (rcService) ackRequested(r *responder, psn bth.PSN) { r.ack(psn) }
 
 func (rcService) noReceiveWQE(r *responder, psn bth.PSN) {
 	r.q.Counters.SendRNRErr++
