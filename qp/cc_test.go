@@ -28,11 +28,12 @@ func TestQPPacedByAlgorithm(t *testing.T) {
 	p, err := cc.Profile(cc.ProfilePaper, 10*cc.Gbps)
 	require.NoError(t, err)
 	alg := &fixedRate{rate: cc.Gbps}
-	q, err := New(InitAttr{PD: w.pd[0], SendCQ: w.cq[0], RecvCQ: w.cq[0], QPN: 0x11, CC: &p, CCAlgorithm: alg})
-	require.NoError(t, err)
-	// Put the paced QP in place of side 0's.
+	// Put the paced QP in place of side 0's, with its QPN.
 	old := w.qp[0]
 	a := old.Attr()
+	old.Destroy()
+	q, err := New(InitAttr{PD: w.pd[0], SendCQ: w.cq[0], RecvCQ: w.cq[0], QPN: 0x11, CC: &p, CCAlgorithm: alg})
+	require.NoError(t, err)
 	require.NoError(t, q.Modify(&Attr{State: IBV_QPS_INIT, AccessFlags: a.AccessFlags}, IBV_QP_STATE|IBV_QP_ACCESS_FLAGS))
 	require.NoError(t, q.Modify(&Attr{State: IBV_QPS_RTR, PathMTU: a.PathMTU, DestQPN: a.DestQPN, RQPSN: a.RQPSN, MaxDestRdAtomic: 1,
 		MinRNRTimer: 1, AV: a.AV}, IBV_QP_STATE|IBV_QP_AV|IBV_QP_PATH_MTU|IBV_QP_DEST_QPN|IBV_QP_RQ_PSN|IBV_QP_MAX_DEST_RD_ATOMIC|IBV_QP_MIN_RNR_TIMER))

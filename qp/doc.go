@@ -11,7 +11,48 @@
 //   - QP.Deadline() reports when the QP next needs QP.HandleTimeout(now).
 //
 // A driver (package transport) owns sockets and timers and calls these.
-// Verbs-like objects (protection domains, memory regions, completion
-// queues) are plain values; none of them is safe for concurrent use, so a
-// driver serialises calls on the QPs, CQs and MRs of one endpoint.
+// Verbs-like objects (a Device with its protection domains and memory
+// regions, completion queues) are plain values; none of them is safe for
+// concurrent use, so a driver serialises calls on the QPs, CQs, PDs and
+// MRs of one device. A Device hands out QPNs, L_Keys/R_Keys and memory
+// region addresses: keys are unique across the PDs of one device, and
+// two devices number independently.
+//
+// # Structure
+//
+// A QP holds the state machine (Modify), its attributes, the verbs entry
+// points (PostSend, PostRecv) and the dispatch of packets and timers to
+// three halves, as rxe splits rxe_req.c, rxe_comp.c and rxe_resp.c:
+//
+//   - the requester (requester.go) owns the send queue: segmentation,
+//     PSN assignment, pacing, and where go-back-N resumes;
+//   - the completer (completer.go) takes ACKs, NAKs, READ responses and
+//     atomic ACKs, writes send completions, and runs the local ACK timer
+//     and the retry counters;
+//   - the responder (responder.go) owns the receive queue: placement of
+//     SEND and WRITE data, READ and atomic execution, duplicates, and the
+//     queue of ACKs, NAKs and responses it sends back.
+//
+// What depends on the transport service goes through one internal
+// interface, service (service.go), whose Reliable Connected
+// implementation is rcService: which opcodes are valid (the BTH opcode
+// class, IBTA 9.2.1, and the work request opcodes), the responder's PSN
+// check, and acknowledgement (AckReq and the ACK timer at the requester;
+// ACK, RNR NAK and NAK-and-ERR at the responder).
+//
+// Unreliable Connected and Unreliable Datagram plug in as second
+// implementations of service, chosen in New from a service type in
+// InitAttr (ibv_qp_init_attr.qp_type). A UC service's opcodes table holds
+// the UC class (0x20-0x3F: SEND and RDMA WRITE only) and its postable
+// refuses READ and atomics; its outOfSequence abandons the message in
+// progress on a gap and resynchronises on the next First/Only instead of
+// NAKing (as rxe's check_psn does for IB_QPT_UC); its requestSent
+// completes a WQE when its last packet leaves, so the completer never
+// runs; its ackRequested, noReceiveWQE and reject send nothing (a missing
+// receive WQE or a bad request drops the message). UD adds the DETH
+// (Q_Key, source QPN), one-packet messages and an address vector per work
+// request on top of that. The halves and the counters stay as they are.
+//
+// Every packet a QP drops is counted in exactly one counter named for its
+// cause (see Counters and Counters.Drops).
 package qp

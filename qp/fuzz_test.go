@@ -42,7 +42,7 @@ func FuzzQP(f *testing.F) {
 		region := mem[guard : guard+4096]
 		clear(region)
 		local := make([]byte, 8192)
-		pd := NewPD()
+		pd := NewDevice().NewPD()
 		mr, err := pd.RegMR(region, IBV_ACCESS_LOCAL_WRITE|IBV_ACCESS_REMOTE_WRITE|IBV_ACCESS_REMOTE_READ|IBV_ACCESS_REMOTE_ATOMIC)
 		if err != nil {
 			t.Fatal(err)
@@ -91,7 +91,7 @@ func FuzzQP(f *testing.F) {
 			p := bth.Packet{BTH: bth.BTH{Opcode: op, PKey: 0xFFFF, DestQP: 0x11, AckReq: b[2]&0x80 != 0}}
 			base := q.resp.ePSN
 			if info != nil && (info.Op == bth.OpAcknowledge || info.Op == bth.OpAtomicAcknowledge || info.Op == bth.OpReadResponse) {
-				base = q.req.compPSN
+				base = q.comp.psn
 			}
 			p.BTH.PSN = base.Add(int(int8(b[1])))
 			p.AETH = bth.AETH{Syndrome: bth.Syndrome(b[3]), MSN: uint32(b[4])}
@@ -129,8 +129,8 @@ func FuzzQP(f *testing.F) {
 			if q.req.cur > len(q.req.sq) || q.req.rdAtomic < 0 || q.req.rdAtomic > 4 {
 				t.Fatalf("requester bookkeeping broken: cur %d of %d, rdAtomic %d", q.req.cur, len(q.req.sq), q.req.rdAtomic)
 			}
-			if q.req.sendPSN.Before(q.req.compPSN) {
-				t.Fatalf("next PSN %d before the oldest unacknowledged %d", q.req.sendPSN, q.req.compPSN)
+			if q.req.sendPSN.Before(q.comp.psn) {
+				t.Fatalf("next PSN %d before the oldest unacknowledged %d", q.req.sendPSN, q.comp.psn)
 			}
 		}
 		for i := range guard {

@@ -74,7 +74,7 @@ func newWire(t testing.TB, o pairOpts) *wire {
 	qpn := [2]uint32{0x11, 0x22}
 	psn := [2]bth.PSN{o.psnA, o.psnB}
 	for i := range 2 {
-		w.pd[i] = NewPD()
+		w.pd[i] = NewDevice().NewPD() // one device per side, as two hosts
 		w.cq[i] = NewCQ(1 << 16)
 		q, err := New(InitAttr{PD: w.pd[i], SendCQ: w.cq[i], RecvCQ: w.cq[i], QPN: qpn[i], MaxSendWR: max(o.sendDepth, 4096),
 			MaxRecvWR: 4096, StrictRetryCount: o.strict})

@@ -3,7 +3,6 @@ package qp
 import (
 	"errors"
 	"fmt"
-	"sync/atomic"
 )
 
 // SGE is a scatter/gather element, as ibv_sge: Length bytes at virtual
@@ -14,29 +13,17 @@ type SGE struct {
 	LKey   uint32
 }
 
-// PD is a protection domain: memory regions and the QPs that may use them.
-// A QP reaches only the regions of its own PD: keys are unique across
-// every PD of the process (as on one device), so a key from another PD is
-// unknown to it. The zero value is not usable; call NewPD.
+// PD is a protection domain of a Device: memory regions and the QPs that
+// may use them. A QP reaches only the regions of its own PD: keys are
+// unique across every PD of the device, so a key from another PD is
+// unknown to it. The zero value is not usable; call Device.NewPD.
 type PD struct {
+	dev *Device
 	mrs map[uint32]*MR // by key: L_Key and R_Key are equal, as in rxe
 }
 
-// firstVA is where memory regions are placed: an address of the shape a
-// user-space buffer has on x86-64 Linux, so that captures look like those
-// of real stacks. Regions of all PDs get distinct addresses, as buffers of
-// one process have.
-const firstVA = 0x7f0000000000
-
-var (
-	keySeq atomic.Uint32
-	nextVA atomic.Uint64
-)
-
-func init() { nextVA.Store(firstVA) }
-
-// NewPD returns an empty protection domain.
-func NewPD() *PD { return &PD{mrs: map[uint32]*MR{}} }
+// Device returns the device the PD belongs to.
+func (pd *PD) Device() *Device { return pd.dev }
 
 // MR is a memory region over a caller's buffer (ibv_reg_mr). Remote peers
 // address it by VA and R_Key; local work requests by VA and L_Key. The
@@ -57,20 +44,28 @@ var (
 	ErrBadAccess  = errors.New("qp: remote write or atomic access needs local write access")
 	ErrMROverlaps = errors.New("qp: memory region overlaps another in the protection domain")
 	ErrUnknownMR  = errors.New("qp: memory region not registered in this protection domain")
+	ErrNoDevice   = errors.New("qp: protection domain not made by Device.NewPD")
 )
 
-// RegMR registers buf with the given access and places it at the next free
-// page-aligned virtual address.
+// RegMR registers buf with the given access and places it at the device's
+// next free page-aligned virtual address.
 func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
-	size := (uint64(len(buf)) + 4095) &^ 4095
-	va := nextVA.Add(size+4096) - size - 4096
-	return pd.RegMRAt(buf, va, access)
+	if pd.dev == nil {
+		return nil, ErrNoDevice
+	}
+	if len(buf) == 0 {
+		return nil, ErrEmptyMR
+	}
+	return pd.RegMRAt(buf, pd.dev.newVA(uint64(len(buf))), access)
 }
 
 // RegMRAt registers buf at a chosen virtual address, for tests and for
 // peers that must reproduce a known address. As in verbs, REMOTE_WRITE and
 // REMOTE_ATOMIC require LOCAL_WRITE.
 func (pd *PD) RegMRAt(buf []byte, va uint64, access Access) (*MR, error) {
+	if pd.dev == nil {
+		return nil, ErrNoDevice
+	}
 	if len(buf) == 0 {
 		return nil, ErrEmptyMR
 	}
@@ -86,8 +81,7 @@ func (pd *PD) RegMRAt(buf []byte, va uint64, access Access) (*MR, error) {
 			return nil, ErrMROverlaps
 		}
 	}
-	seq := keySeq.Add(1)
-	key := seq<<8 | (seq*37+11)&0xFF
+	key := pd.dev.newKey()
 	mr := &MR{PD: pd, Buf: buf, VA: va, LKey: key, RKey: key, Access: access, valid: true}
 	pd.mrs[key] = mr
 	return mr, nil

@@ -36,13 +36,16 @@ const (
 
 // InitAttr describes a QP at creation, as ibv_qp_init_attr.
 type InitAttr struct {
-	PD        *PD
-	SendCQ    *CQ
-	RecvCQ    *CQ
-	QPN       uint32 // 24 bits, not 0 or 1; the driver allocates it
-	MaxSendWR int    // send queue depth; 0 means 256
-	MaxRecvWR int    // receive queue depth; 0 means 256
-	SQSigAll  bool   // every send WQE completes with a CQE, as sq_sig_all
+	PD     *PD
+	SendCQ *CQ
+	RecvCQ *CQ
+	// QPN is the QP number: 0 lets the PD's device allocate the next free
+	// one (from 0x11 up, as rxe); otherwise 2..0xFFFFFF and not in use on
+	// the device.
+	QPN       uint32
+	MaxSendWR int  // send queue depth; 0 means 256
+	MaxRecvWR int  // receive queue depth; 0 means 256
+	SQSigAll  bool // every send WQE completes with a CQE, as sq_sig_all
 	// StrictRetryCount makes retry_cnt 7 mean seven retries, as IBTA
 	// says. By default 7 never runs out, as in rxe, which never decrements
 	// it (ROCEV2.md section 4: 367 retransmissions in 25 s).
@@ -138,22 +141,30 @@ var (
 	ErrBadWR         = errors.New("qp: invalid work request")
 )
 
-// QP is a Reliable Connected queue pair: a requester (send queue and
-// completer) and a responder (receive queue) sharing a PSN space with one
-// remote QP. See the package comment for how a driver runs it.
+// QP is a Reliable Connected queue pair: a requester (the send queue) and
+// its completer, and a responder (the receive queue), sharing a PSN space
+// with one remote QP. The QP holds the state machine, the attributes and
+// the verbs entry points, and dispatches packets and timers to its
+// halves; what depends on the transport service goes through its service
+// (service.go). See the package comment for how a driver runs it.
 type QP struct {
-	QPN      uint32
-	pd       *PD
-	scq, rcq *CQ
-	sigAll   bool
-	strict   bool
-	maxSend  int
-	maxRecv  int
-	state    State
-	attr     Attr
-	Counters Counters
+	// QPN is the QP number (24 bits); read it, do not change it.
+	QPN       uint32
+	pd        *PD
+	scq, rcq  *CQ
+	sigAll    bool
+	strict    bool
+	maxSend   int
+	maxRecv   int
+	state     State
+	attr      Attr
+	destroyed bool
+	Counters  Counters
 
+	svc  service
+	ops  *[256]*bth.OpInfo // svc.opcodes()
 	req  requester
+	comp completer
 	resp responder
 	cc   *congestion
 }
@@ -163,8 +174,11 @@ func New(init InitAttr) (*QP, error) {
 	if init.PD == nil || init.SendCQ == nil || init.RecvCQ == nil {
 		return nil, fmt.Errorf("%w: a QP needs a PD, a send CQ and a receive CQ", ErrBadAttr)
 	}
-	if init.QPN < 2 || init.QPN > 0xFFFFFF {
-		return nil, fmt.Errorf("%w: QPN %#x (must be 2..0xFFFFFF; 0 and 1 are special)", ErrBadAttr, init.QPN)
+	if init.PD.dev == nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadAttr, ErrNoDevice)
+	}
+	if init.QPN == 1 || init.QPN > 0xFFFFFF {
+		return nil, fmt.Errorf("%w: QPN %#x (must be 2..0xFFFFFF, or 0 to allocate; 1 is special)", ErrBadAttr, init.QPN)
 	}
 	if init.MaxSendWR == 0 {
 		init.MaxSendWR = 256
@@ -175,8 +189,9 @@ func New(init InitAttr) (*QP, error) {
 	if init.MaxSendWR < 0 || init.MaxRecvWR < 0 {
 		return nil, fmt.Errorf("%w: negative queue depth", ErrBadAttr)
 	}
-	q := &QP{QPN: init.QPN, pd: init.PD, scq: init.SendCQ, rcq: init.RecvCQ, sigAll: init.SQSigAll,
-		strict: init.StrictRetryCount, maxSend: init.MaxSendWR, maxRecv: init.MaxRecvWR}
+	q := &QP{pd: init.PD, scq: init.SendCQ, rcq: init.RecvCQ, sigAll: init.SQSigAll,
+		strict: init.StrictRetryCount, maxSend: init.MaxSendWR, maxRecv: init.MaxRecvWR, svc: rcService{}}
+	q.ops = q.svc.opcodes()
 	if init.CC != nil {
 		c, err := newCongestion(init.CC, init.CCAlgorithm)
 		if err != nil {
@@ -184,8 +199,25 @@ func New(init InitAttr) (*QP, error) {
 		}
 		q.cc = c
 	}
+	if err := init.PD.dev.bindQPN(q, init.QPN); err != nil {
+		return nil, err
+	}
 	q.reset()
 	return q, nil
+}
+
+// Destroy releases the QP, as ibv_destroy_qp: its outstanding work
+// requests are discarded without completions and its QPN is free for a
+// new QP on the device. A destroyed QP stays in RESET; Modify and the
+// posts then fail with ErrBadState.
+func (q *QP) Destroy() {
+	if q.destroyed {
+		return
+	}
+	q.flush(false)
+	q.reset()
+	q.destroyed = true
+	q.pd.dev.releaseQPN(q)
 }
 
 // State returns the current state.
@@ -204,8 +236,9 @@ func (q *QP) PD() *PD { return q.pd }
 func (q *QP) reset() {
 	q.state = IBV_QPS_RESET
 	q.attr = Attr{PathMTU: IBV_MTU_1024, PKey: bth.DefaultPKey}
-	q.req = requester{}
-	q.resp = responder{}
+	q.req = requester{q: q}
+	q.comp = completer{q: q}
+	q.resp = responder{q: q}
 }
 
 // Modify changes attributes and state, as ibv_modify_qp. The mask must hold
@@ -217,6 +250,9 @@ func (q *QP) reset() {
 // Moving to ERR flushes every outstanding work request with
 // IBV_WC_WR_FLUSH_ERR; moving to RESET discards them without completions.
 func (q *QP) Modify(attr *Attr, mask AttrMask) error {
+	if q.destroyed {
+		return fmt.Errorf("%w: the QP is destroyed", ErrBadState)
+	}
 	from, to := q.state, q.state
 	if mask&IBV_QP_STATE != 0 {
 		to = attr.State
@@ -266,18 +302,18 @@ func (q *QP) Modify(attr *Attr, mask AttrMask) error {
 	if rest&IBV_QP_SQ_PSN != 0 {
 		a.SQPSN = attr.SQPSN
 		q.req.sendPSN = attr.SQPSN
-		q.req.compPSN = attr.SQPSN
+		q.comp.psn = attr.SQPSN
 	}
 	if rest&IBV_QP_TIMEOUT != 0 {
 		a.Timeout = attr.Timeout
 	}
 	if rest&IBV_QP_RETRY_CNT != 0 {
 		a.RetryCnt = attr.RetryCnt
-		q.req.retryLeft = attr.RetryCnt
+		q.comp.retryLeft = attr.RetryCnt
 	}
 	if rest&IBV_QP_RNR_RETRY != 0 {
 		a.RNRRetry = attr.RNRRetry
-		q.req.rnrLeft = attr.RNRRetry
+		q.comp.rnrLeft = attr.RNRRetry
 	}
 	if rest&IBV_QP_MIN_RNR_TIMER != 0 {
 		a.MinRNRTimer = attr.MinRNRTimer
@@ -375,149 +411,87 @@ func LocalAckTimeout(code uint8) time.Duration {
 func (q *QP) toError() {
 	q.state = IBV_QPS_ERR
 	q.flush(true)
-	// Only ACKs and NAKs already queued (the NAK that ended the QP among
-	// them) still go out; READ responses and atomic ACKs do not.
-	keep := q.resp.out[:0]
-	for _, it := range q.resp.out {
-		if it.op == bth.RCAcknowledge {
-			keep = append(keep, it)
-		}
-	}
-	q.resp.out = keep
-	q.req.retransmitAt = time.Time{}
+	q.resp.keepAcksOnly()
+	q.comp.retransmitAt = time.Time{}
 	q.req.rnrUntil = time.Time{}
 }
 
 // flush completes every outstanding send and receive WQE with
 // IBV_WC_WR_FLUSH_ERR, or discards them when complete is false.
 func (q *QP) flush(complete bool) {
-	for _, w := range q.req.sq {
-		if complete {
-			q.scq.push(WC{WRID: w.wr.WRID, Status: IBV_WC_WR_FLUSH_ERR, Opcode: w.wcOpcode(), QPNum: q.QPN})
-		}
-	}
-	q.req.sq = q.req.sq[:0]
-	q.req.cur = 0
-	q.req.rdAtomic = 0
-	if q.resp.cur != nil {
-		if complete {
-			q.rcq.push(WC{WRID: q.resp.cur.wr.WRID, Status: IBV_WC_WR_FLUSH_ERR, Opcode: IBV_WC_RECV, QPNum: q.QPN})
-		}
-		q.resp.cur = nil
-	}
-	for _, w := range q.resp.rq {
-		if complete {
-			q.rcq.push(WC{WRID: w.wr.WRID, Status: IBV_WC_WR_FLUSH_ERR, Opcode: IBV_WC_RECV, QPNum: q.QPN})
-		}
-	}
-	q.resp.rq = q.resp.rq[:0]
+	q.req.flush(complete)
+	q.resp.flush(complete)
 }
 
 // Deadline returns when the QP next needs HandleTimeout: the local ACK
 // timer or the end of an RNR wait, whichever is first. It returns the zero
 // time when no timer runs.
 func (q *QP) Deadline() time.Time {
-	return earliest(earliest(q.req.retransmitAt, q.req.rnrUntil), q.ccDeadline())
+	return earliest(earliest(q.comp.retransmitAt, q.req.rnrUntil), q.ccDeadline())
 }
 
 // HandleTimeout runs the timers that expired at or before now.
 func (q *QP) HandleTimeout(now time.Time) {
-	r := &q.req
 	if q.cc != nil {
 		q.cc.rp.OnTimeout(now)
 		if !q.cc.paceUntil.IsZero() && !now.Before(q.cc.paceUntil) {
 			q.cc.paceUntil = time.Time{}
 		}
 	}
-	if !r.rnrUntil.IsZero() && !now.Before(r.rnrUntil) {
-		r.rnrUntil = time.Time{}
-		q.restart(r.rnrPSN)
-	}
-	if !r.retransmitAt.IsZero() && !now.Before(r.retransmitAt) {
-		r.retransmitAt = time.Time{}
-		if r.sendPSN == r.compPSN || len(r.sq) == 0 {
-			return
-		}
-		q.Counters.LocalAckTimeoutErr++
-		if !q.retryOrFail(IBV_WC_RETRY_EXC_ERR) {
-			return
-		}
-		q.restart(r.compPSN)
-	}
-}
-
-// retryOrFail spends one transport retry. When none is left it fails the
-// oldest send WQE with status and moves the QP to ERR, and returns false.
-func (q *QP) retryOrFail(status WCStatus) bool {
-	r := &q.req
-	if r.retryLeft == 0 {
-		q.Counters.RetryExceededErr++
-		q.failHead(status)
-		return false
-	}
-	if r.retryLeft != 7 || q.strict {
-		r.retryLeft--
-	}
-	return true
-}
-
-// failHead completes the oldest send WQE with an error status and moves
-// the QP to ERR, flushing the rest.
-func (q *QP) failHead(status WCStatus) {
-	if len(q.req.sq) > 0 {
-		w := q.req.sq[0]
-		q.scq.push(WC{WRID: w.wr.WRID, Status: status, Opcode: w.wcOpcode(), QPNum: q.QPN})
-		q.req.sq = q.req.sq[1:]
-		if q.req.cur > 0 {
-			q.req.cur--
-		}
-	}
-	q.toError()
+	q.req.onTimeout(now)
+	q.comp.onTimeout(now)
 }
 
 // HandlePacket processes one packet addressed to this QP, as decoded by
 // bth.Packet.Decode (payload aliasing the caller's buffer, which may be
 // reused once HandlePacket returns). ecn is the IP ECN codepoint it
-// arrived with. Packets the QP state, P_Key or transport class rule out
-// are dropped and counted (ROCEV2.md section 5, checks 7, 8 and 10).
+// arrived with. Requests go to the responder, responses to the completer.
+// A packet the service's opcode class, the P_Key or the QP state rules
+// out is dropped and counted, each cause in its own counter (ROCEV2.md
+// section 5, checks 7, 8 and 10; see Counters).
 func (q *QP) HandlePacket(now time.Time, p *bth.Packet, ecn bth.ECN) {
 	q.Counters.ReceivedPackets++
 	op := p.BTH.Opcode
 	if op == bth.CNP {
 		// A CNP for this QP's data (reaction point).
-		if q.cc != nil && p.BTH.PKey&0x7FFF == q.attr.PKey&0x7FFF {
-			if q.cc.rp.OnCNP(now) {
-				q.Counters.RPCNPHandled++
-			} else {
-				q.Counters.RPCNPIgnored++
-			}
-		} else {
-			q.Counters.Dropped++
+		switch {
+		case p.BTH.PKey&0x7FFF != q.attr.PKey&0x7FFF:
+			q.Counters.PKeyViolations++
+		case q.cc == nil:
+			q.Counters.RPCNPIgnored++ // no reaction point: mlx5 counts it so
+		case q.cc.rp.OnCNP(now):
+			q.Counters.RPCNPHandled++
+		default:
+			q.Counters.RPCNPIgnored++
 		}
 		return
 	}
-	info := op.Info()
-	if info == nil || op.Transport() != bth.TransportRC || p.BTH.PKey&0x7FFF != q.attr.PKey&0x7FFF {
-		q.Counters.Dropped++
+	info := q.ops[op]
+	if info == nil {
+		q.Counters.OpcodeErr++
+		return
+	}
+	if p.BTH.PKey&0x7FFF != q.attr.PKey&0x7FFF {
+		q.Counters.PKeyViolations++
 		return
 	}
 	switch info.Op {
 	case bth.OpAcknowledge, bth.OpAtomicAcknowledge, bth.OpReadResponse:
 		if q.state != IBV_QPS_RTS && q.state != IBV_QPS_SQD && q.state != IBV_QPS_SQE {
-			q.Counters.Dropped++
+			q.Counters.QPStateErr++
 			return
 		}
 		if info.Op == bth.OpReadResponse {
 			q.notify(now, ecn)
 		}
-		q.handleResponse(now, p, info)
+		q.comp.handle(now, p, info)
 	default:
 		if q.state < IBV_QPS_RTR || q.state == IBV_QPS_ERR {
-			q.Counters.Dropped++
+			q.Counters.QPStateErr++
 			return
 		}
 		q.notify(now, ecn)
-		q.handleRequest(p, info)
+		q.resp.handle(p, info)
 	}
 }
 
@@ -531,16 +505,52 @@ func (q *QP) NextPacket(now time.Time, out *bth.Packet) bool {
 		q.Counters.SentPackets++
 		return true
 	}
-	if q.nextResponse(now, out) {
+	if q.resp.next(now, out) {
 		q.Counters.SentPackets++
 		return true
 	}
-	if q.nextRequest(now, out) {
+	if q.req.next(now, out) {
 		q.Counters.SentPackets++
 		return true
 	}
 	return false
 }
+
+// PostSend queues a send work request, as ibv_post_send. The SGEs are
+// checked now; a request whose SGEs name no valid local memory completes
+// later with IBV_WC_LOC_PROT_ERR and moves the QP to ERR, as on a NIC. It
+// returns an error, and queues nothing, when the QP is in RESET, the send
+// queue is full, or the request is malformed (an opcode the service does
+// not carry, atomic without an 8-byte aligned address and an 8-byte SGE,
+// message over 2 GiB). In ERR the request completes at once with
+// IBV_WC_WR_FLUSH_ERR.
+func (q *QP) PostSend(wr SendWR) error {
+	switch q.state {
+	case IBV_QPS_RTS, IBV_QPS_SQD, IBV_QPS_ERR:
+	default:
+		// rxe refuses a post before RTS (qp_state < IB_QPS_RTS: -EINVAL).
+		return fmt.Errorf("%w: post send in %s", ErrBadState, q.state)
+	}
+	return q.req.post(wr)
+}
+
+// PostRecv queues a receive work request, as ibv_post_recv. It fails in
+// RESET or when the receive queue is full; in ERR the request completes at
+// once with IBV_WC_WR_FLUSH_ERR. SGEs must name memory with LOCAL_WRITE
+// access; one that does not fails the message it would receive with
+// IBV_WC_LOC_PROT_ERR.
+func (q *QP) PostRecv(wr RecvWR) error {
+	if q.state == IBV_QPS_RESET {
+		return fmt.Errorf("%w: post receive in %s", ErrBadState, q.state)
+	}
+	return q.resp.post(wr)
+}
+
+// RecvQueued returns the number of receive WQEs waiting.
+func (q *QP) RecvQueued() int { return len(q.resp.rq) }
+
+// SendQueued returns the number of send WQEs not yet completed.
+func (q *QP) SendQueued() int { return len(q.req.sq) }
 
 // Remote returns the destination QPN and address vector packets go to.
 func (q *QP) Remote() (uint32, AddressVector) { return q.attr.DestQPN, q.attr.AV }

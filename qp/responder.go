@@ -2,7 +2,6 @@ package qp
 
 import (
 	"encoding/binary"
-	"fmt"
 	"time"
 
 	"github.com/roce-emu/roce-emu/bth"
@@ -49,8 +48,15 @@ type outItem struct {
 	replay bool   // started in the middle: Middle/Last opcodes only
 }
 
-// responder is the receive side.
+// responder is the receive side of a QP (IBTA 9.7.4 "responder", rxe's
+// rxe_resp.c): the receive queue, the PSN the next request must carry,
+// placement of SEND and RDMA WRITE data, execution of READ and atomic
+// requests with the responder resources that answer their duplicates,
+// and the queue of what it sends back (ACKs, NAKs, READ responses, atomic
+// ACKs). What a service does with a request out of sequence and whether
+// it acknowledges goes through the QP's service.
 type responder struct {
+	q       *QP
 	rq      []*recvWQE
 	ePSN    bth.PSN // next PSN expected
 	msn     uint32  // messages completed, 24 bits
@@ -67,16 +73,11 @@ type responder struct {
 	out    []outItem
 }
 
-// PostRecv queues a receive work request, as ibv_post_recv. It fails in
-// RESET or when the receive queue is full; in ERR the request completes at
-// once with IBV_WC_WR_FLUSH_ERR. SGEs must name memory with LOCAL_WRITE
-// access; one that does not fails the message it would receive with
-// IBV_WC_LOC_PROT_ERR.
-func (q *QP) PostRecv(wr RecvWR) error {
-	if q.state == IBV_QPS_RESET {
-		return fmt.Errorf("%w: post receive in %s", ErrBadState, q.state)
-	}
-	if len(q.resp.rq) >= q.maxRecv {
+// post queues a receive work request for QP.PostRecv, the state having
+// been checked.
+func (s *responder) post(wr RecvWR) error {
+	q := s.q
+	if len(s.rq) >= q.maxRecv {
 		return ErrQueueFull
 	}
 	if q.state == IBV_QPS_ERR {
@@ -89,21 +90,15 @@ func (q *QP) PostRecv(wr RecvWR) error {
 		w.status = IBV_WC_LOC_PROT_ERR
 	}
 	w.sgl = sgl
-	q.resp.rq = append(q.resp.rq, w)
+	s.rq = append(s.rq, w)
 	return nil
 }
-
-// RecvQueued returns the number of receive WQEs waiting.
-func (q *QP) RecvQueued() int { return len(q.resp.rq) }
-
-// SendQueued returns the number of send WQEs not yet completed.
-func (q *QP) SendQueued() int { return len(q.req.sq) }
 
 // queue appends a responder output item. A plain ACK replaces an ACK at
 // the tail (coalescing: the later one acknowledges everything the earlier
 // one did).
-func (q *QP) queue(it outItem) {
-	o := &q.resp.out
+func (s *responder) queue(it outItem) {
+	o := &s.out
 	if it.op == bth.RCAcknowledge && it.syndrome.IsACK() && len(*o) > 0 {
 		t := &(*o)[len(*o)-1]
 		if t.op == bth.RCAcknowledge && t.syndrome.IsACK() {
@@ -112,50 +107,34 @@ func (q *QP) queue(it outItem) {
 		}
 	}
 	if len(*o) >= maxOutQueue {
-		q.Counters.Dropped++
+		s.q.Counters.RespQueueFull++
 		return
 	}
 	*o = append(*o, it)
 }
 
-func (q *QP) ack(psn bth.PSN) {
-	q.queue(outItem{op: bth.RCAcknowledge, psn: psn, syndrome: bth.SyndromeACKNoCredits, msn: q.resp.msn})
+func (s *responder) ack(psn bth.PSN) {
+	s.queue(outItem{op: bth.RCAcknowledge, psn: psn, syndrome: bth.SyndromeACKNoCredits, msn: s.msn})
 }
 
-func (q *QP) nak(psn bth.PSN, s bth.Syndrome) {
-	q.Counters.NAKsSent++
-	q.queue(outItem{op: bth.RCAcknowledge, psn: psn, syndrome: s, msn: q.resp.msn})
+func (s *responder) nak(psn bth.PSN, syn bth.Syndrome) {
+	s.q.Counters.NAKsSent++
+	s.queue(outItem{op: bth.RCAcknowledge, psn: psn, syndrome: syn, msn: s.msn})
 }
 
-// fatal ends the responder with a NAK (IBTA class A/C errors, rxe's
-// do_class_ac_error): the receive WQE in progress completes with status,
-// and the QP moves to ERR. The NAK still goes out.
-func (q *QP) fatal(psn bth.PSN, s bth.Syndrome, status WCStatus) {
-	q.nak(psn, s)
-	if c := q.resp.cur; c != nil {
-		q.rcq.push(WC{WRID: c.wr.WRID, Status: status, Opcode: IBV_WC_RECV, QPNum: q.QPN})
-		q.resp.cur = nil
-	}
-	q.toError()
+// fatal ends a request the responder cannot execute (IBTA class B-D
+// errors, rxe's do_class_ac_error), as the service says: on RC the NAK
+// goes out, the receive WQE in progress completes with status, and the QP
+// moves to ERR.
+func (s *responder) fatal(psn bth.PSN, syn bth.Syndrome, status WCStatus) {
+	s.q.svc.reject(s, psn, syn, status)
 }
 
-// handleRequest is the responder (IBTA 9.7.4.x, rxe_resp.c).
-func (q *QP) handleRequest(p *bth.Packet, info *bth.OpInfo) {
-	s := &q.resp
+// handle takes one request (IBTA 9.7.4.x, rxe_resp.c).
+func (s *responder) handle(p *bth.Packet, info *bth.OpInfo) {
+	q := s.q
 	psn := p.BTH.PSN
-	switch d := psn.Diff(s.ePSN); {
-	case d > 0:
-		// Ahead of what we expect: one NAK, then silence until the
-		// expected PSN arrives.
-		q.Counters.OutOfSequence++
-		if !s.nakSent {
-			s.nakSent = true
-			q.nak(s.ePSN, bth.SyndromePSNSeqErr)
-		}
-		return
-	case d < 0:
-		q.Counters.DuplicateRequest++
-		q.duplicate(p, info)
+	if psn.Diff(s.ePSN) != 0 && !q.svc.outOfSequence(s, p, info) {
 		return
 	}
 	s.nakSent = false
@@ -164,12 +143,12 @@ func (q *QP) handleRequest(p *bth.Packet, info *bth.OpInfo) {
 	if s.inMsg != bth.OpUnknown {
 		if info.Op != s.inMsg || (info.Pos != bth.PosMiddle && info.Pos != bth.PosLast) {
 			q.Counters.RespInvalidRequest++
-			q.fatal(psn, bth.SyndromeInvalidReq, IBV_WC_REM_INV_REQ_ERR)
+			s.fatal(psn, bth.SyndromeInvalidReq, IBV_WC_REM_INV_REQ_ERR)
 			return
 		}
 	} else if info.Pos == bth.PosMiddle || info.Pos == bth.PosLast {
 		q.Counters.RespInvalidRequest++
-		q.fatal(psn, bth.SyndromeInvalidReq, IBV_WC_REM_INV_REQ_ERR)
+		s.fatal(psn, bth.SyndromeInvalidReq, IBV_WC_REM_INV_REQ_ERR)
 		return
 	}
 	// Packet length: First and Middle carry exactly the MTU, Last and Only
@@ -178,62 +157,61 @@ func (q *QP) handleRequest(p *bth.Packet, info *bth.OpInfo) {
 	n := len(p.Payload)
 	if ((info.Pos == bth.PosFirst || info.Pos == bth.PosMiddle) && n != mtu) || n > mtu {
 		q.Counters.RespInvalidRequest++
-		q.fatal(psn, bth.SyndromeInvalidReq, IBV_WC_REM_INV_REQ_ERR)
+		s.fatal(psn, bth.SyndromeInvalidReq, IBV_WC_REM_INV_REQ_ERR)
 		return
 	}
 
 	switch info.Op {
 	case bth.OpSend:
-		q.recvSend(p, info)
+		s.recvSend(p, info)
 	case bth.OpWrite:
-		q.recvWrite(p, info)
+		s.recvWrite(p, info)
 	case bth.OpReadRequest:
-		q.recvRead(p)
+		s.recvRead(p)
 	case bth.OpCompareSwap, bth.OpFetchAdd:
-		q.recvAtomic(p, info)
+		s.recvAtomic(p, info)
 	default:
 		q.Counters.RespInvalidRequest++
-		q.fatal(psn, bth.SyndromeInvalidReq, IBV_WC_REM_INV_REQ_ERR)
+		s.fatal(psn, bth.SyndromeInvalidReq, IBV_WC_REM_INV_REQ_ERR)
 	}
 }
 
 // takeRecv starts a message that consumes a receive WQE; when there is
-// none it sends an RNR NAK and returns false (IBTA 9.7.5.2.8).
-func (q *QP) takeRecv(psn bth.PSN) bool {
-	s := &q.resp
+// none the service answers (RC: an RNR NAK, IBTA 9.7.5.2.8) and it
+// returns false.
+func (s *responder) takeRecv(psn bth.PSN) bool {
 	if len(s.rq) == 0 {
-		q.Counters.SendRNRErr++
-		q.queue(outItem{op: bth.RCAcknowledge, psn: psn, syndrome: bth.RNRNAKSyndrome(q.attr.MinRNRTimer), msn: s.msn})
+		s.q.svc.noReceiveWQE(s, psn)
 		return false
 	}
 	s.cur = s.rq[0]
 	s.rq = s.rq[1:]
 	s.curOff = 0
 	if s.cur.status != 0 {
-		q.fatal(psn, bth.SyndromeRemoteOp, s.cur.status)
+		s.fatal(psn, bth.SyndromeRemoteOp, s.cur.status)
 		return false
 	}
 	return true
 }
 
-func (q *QP) recvSend(p *bth.Packet, info *bth.OpInfo) {
-	s := &q.resp
+func (s *responder) recvSend(p *bth.Packet, info *bth.OpInfo) {
+	q := s.q
 	psn := p.BTH.PSN
 	if info.Starts() {
 		q.Counters.RxSendRequests++
-		if !q.takeRecv(psn) {
+		if !s.takeRecv(psn) {
 			return
 		}
 	}
 	if !s.cur.sgl.copyIn(p.Payload, s.curOff) {
 		if !s.cur.sgl.valid() {
 			// A receive buffer was deregistered after posting.
-			q.fatal(psn, bth.SyndromeRemoteOp, IBV_WC_LOC_PROT_ERR)
+			s.fatal(psn, bth.SyndromeRemoteOp, IBV_WC_LOC_PROT_ERR)
 			return
 		}
 		// The message is longer than the receive buffers.
 		q.Counters.RespLocalLengthErr++
-		q.fatal(psn, bth.SyndromeInvalidReq, IBV_WC_LOC_LEN_ERR)
+		s.fatal(psn, bth.SyndromeInvalidReq, IBV_WC_LOC_LEN_ERR)
 		return
 	}
 	s.curOff += len(p.Payload)
@@ -241,7 +219,7 @@ func (q *QP) recvSend(p *bth.Packet, info *bth.OpInfo) {
 	if !info.Ends() {
 		s.inMsg = bth.OpSend
 		if p.BTH.AckReq {
-			q.ack(psn)
+			q.svc.ackRequested(s, psn)
 		}
 		return
 	}
@@ -259,27 +237,27 @@ func (q *QP) recvSend(p *bth.Packet, info *bth.OpInfo) {
 	s.cur = nil
 	q.rcq.push(wc)
 	if p.BTH.AckReq {
-		q.ack(psn)
+		q.svc.ackRequested(s, psn)
 	}
 }
 
-func (q *QP) recvWrite(p *bth.Packet, info *bth.OpInfo) {
-	s := &q.resp
+func (s *responder) recvWrite(p *bth.Packet, info *bth.OpInfo) {
+	q := s.q
 	psn := p.BTH.PSN
 	if info.Starts() {
 		q.Counters.RxWriteRequests++
 		reth := p.RETH
 		if reth.DMALength > MaxMessage || (info.Pos == bth.PosOnly && len(p.Payload) != int(reth.DMALength)) {
 			q.Counters.RespInvalidRequest++
-			q.fatal(psn, bth.SyndromeInvalidReq, IBV_WC_REM_INV_REQ_ERR)
+			s.fatal(psn, bth.SyndromeInvalidReq, IBV_WC_REM_INV_REQ_ERR)
 			return
 		}
 		s.wbuf = nil
 		if reth.DMALength > 0 {
-			s.wbuf = q.remote(reth.RKey, reth.VA, uint64(reth.DMALength), IBV_ACCESS_REMOTE_WRITE)
+			s.wbuf = s.remote(reth.RKey, reth.VA, uint64(reth.DMALength), IBV_ACCESS_REMOTE_WRITE)
 			if s.wbuf == nil {
 				q.Counters.RespRemoteAccessErr++
-				q.fatal(psn, bth.SyndromeRemoteAccess, IBV_WC_REM_ACCESS_ERR)
+				s.fatal(psn, bth.SyndromeRemoteAccess, IBV_WC_REM_ACCESS_ERR)
 				return
 			}
 		}
@@ -288,10 +266,10 @@ func (q *QP) recvWrite(p *bth.Packet, info *bth.OpInfo) {
 	if len(p.Payload) > len(s.wbuf) || (info.Ends() && len(p.Payload) != len(s.wbuf)) {
 		// More or fewer bytes than the RETH announced.
 		q.Counters.RespInvalidRequest++
-		q.fatal(psn, bth.SyndromeInvalidReq, IBV_WC_REM_INV_REQ_ERR)
+		s.fatal(psn, bth.SyndromeInvalidReq, IBV_WC_REM_INV_REQ_ERR)
 		return
 	}
-	if info.Immediate && !q.takeRecv(psn) {
+	if info.Immediate && !s.takeRecv(psn) {
 		return // RNR NAK sent; nothing written by this packet
 	}
 	copy(s.wbuf, p.Payload)
@@ -300,7 +278,7 @@ func (q *QP) recvWrite(p *bth.Packet, info *bth.OpInfo) {
 	if !info.Ends() {
 		s.inMsg = bth.OpWrite
 		if p.BTH.AckReq {
-			q.ack(psn)
+			q.svc.ackRequested(s, psn)
 		}
 		return
 	}
@@ -312,24 +290,24 @@ func (q *QP) recvWrite(p *bth.Packet, info *bth.OpInfo) {
 		s.cur = nil
 	}
 	if p.BTH.AckReq {
-		q.ack(psn)
+		q.svc.ackRequested(s, psn)
 	}
 }
 
 // remote checks a remote access against both the QP's access flags and
 // the memory region (IBTA C9-88, C10-xx).
-func (q *QP) remote(rkey uint32, va, n uint64, need Access) []byte {
+func (s *responder) remote(rkey uint32, va, n uint64, need Access) []byte {
+	q := s.q
 	if q.attr.AccessFlags&need != need {
 		return nil
 	}
 	return q.pd.remote(rkey, va, n, need)
 }
 
-func (q *QP) remember(r rdRes) uint64 {
-	s := &q.resp
+func (s *responder) remember(r rdRes) uint64 {
 	s.resSeq++
 	r.id = s.resSeq
-	depth := max(1, int(q.attr.MaxDestRdAtomic))
+	depth := max(1, int(s.q.attr.MaxDestRdAtomic))
 	if len(s.res) < depth {
 		s.res = append(s.res, r)
 		return r.id
@@ -339,46 +317,46 @@ func (q *QP) remember(r rdRes) uint64 {
 	return r.id
 }
 
-func (q *QP) recvRead(p *bth.Packet) {
-	s := &q.resp
+func (s *responder) recvRead(p *bth.Packet) {
+	q := s.q
 	psn := p.BTH.PSN
 	q.Counters.RxReadRequests++
 	reth := p.RETH
 	if reth.DMALength > MaxMessage {
 		q.Counters.RespInvalidRequest++
-		q.fatal(psn, bth.SyndromeInvalidReq, IBV_WC_REM_INV_REQ_ERR)
+		s.fatal(psn, bth.SyndromeInvalidReq, IBV_WC_REM_INV_REQ_ERR)
 		return
 	}
 	var data []byte
 	if reth.DMALength > 0 {
-		data = q.remote(reth.RKey, reth.VA, uint64(reth.DMALength), IBV_ACCESS_REMOTE_READ)
+		data = s.remote(reth.RKey, reth.VA, uint64(reth.DMALength), IBV_ACCESS_REMOTE_READ)
 		if data == nil {
 			q.Counters.RespRemoteAccessErr++
-			q.fatal(psn, bth.SyndromeRemoteAccess, IBV_WC_REM_ACCESS_ERR)
+			s.fatal(psn, bth.SyndromeRemoteAccess, IBV_WC_REM_ACCESS_ERR)
 			return
 		}
 	}
-	npkts := q.packets(int(reth.DMALength))
+	npkts := packets(int(reth.DMALength), q.attr.PathMTU)
 	s.msn = (s.msn + 1) & 0xFFFFFF
-	id := q.remember(rdRes{firstPSN: psn, lastPSN: psn.Add(npkts - 1), va: reth.VA, rkey: reth.RKey, length: reth.DMALength, msn: s.msn})
+	id := s.remember(rdRes{firstPSN: psn, lastPSN: psn.Add(npkts - 1), va: reth.VA, rkey: reth.RKey, length: reth.DMALength, msn: s.msn})
 	s.ePSN = psn.Add(npkts)
-	q.queue(outItem{op: bth.RCReadRequest, psn: psn, msn: s.msn, data: data, resID: id})
+	s.queue(outItem{op: bth.RCReadRequest, psn: psn, msn: s.msn, data: data, resID: id})
 }
 
-func (q *QP) recvAtomic(p *bth.Packet, info *bth.OpInfo) {
-	s := &q.resp
+func (s *responder) recvAtomic(p *bth.Packet, info *bth.OpInfo) {
+	q := s.q
 	psn := p.BTH.PSN
 	q.Counters.RxAtomicRequests++
 	a := p.AtomicETH
 	if a.VA%8 != 0 {
 		q.Counters.RespInvalidRequest++
-		q.fatal(psn, bth.SyndromeInvalidReq, IBV_WC_REM_INV_REQ_ERR)
+		s.fatal(psn, bth.SyndromeInvalidReq, IBV_WC_REM_INV_REQ_ERR)
 		return
 	}
-	b := q.remote(a.RKey, a.VA, 8, IBV_ACCESS_REMOTE_ATOMIC)
+	b := s.remote(a.RKey, a.VA, 8, IBV_ACCESS_REMOTE_ATOMIC)
 	if b == nil {
 		q.Counters.RespRemoteAccessErr++
-		q.fatal(psn, bth.SyndromeRemoteAccess, IBV_WC_REM_ACCESS_ERR)
+		s.fatal(psn, bth.SyndromeRemoteAccess, IBV_WC_REM_ACCESS_ERR)
 		return
 	}
 	// Memory holds 64-bit values in the byte order of a little-endian
@@ -390,9 +368,9 @@ func (q *QP) recvAtomic(p *bth.Packet, info *bth.OpInfo) {
 		binary.LittleEndian.PutUint64(b, a.SwapAdd)
 	}
 	s.msn = (s.msn + 1) & 0xFFFFFF
-	_ = q.remember(rdRes{atomic: true, firstPSN: psn, lastPSN: psn, va: a.VA, rkey: a.RKey, length: 8, orig: orig, msn: s.msn})
+	_ = s.remember(rdRes{atomic: true, firstPSN: psn, lastPSN: psn, va: a.VA, rkey: a.RKey, length: 8, orig: orig, msn: s.msn})
 	s.ePSN = psn.Next()
-	q.queue(outItem{op: bth.RCAtomicAcknowledge, psn: psn, syndrome: bth.SyndromeACKNoCredits, msn: s.msn, orig: orig})
+	s.queue(outItem{op: bth.RCAtomicAcknowledge, psn: psn, syndrome: bth.SyndromeACKNoCredits, msn: s.msn, orig: orig})
 }
 
 // duplicate answers a request whose PSN is before the expected one
@@ -400,12 +378,12 @@ func (q *QP) recvAtomic(p *bth.Packet, info *bth.OpInfo) {
 // again with the last PSN, a READ is executed again from the PSN asked for
 // if it matches a remembered request, an atomic's saved result is sent
 // again without executing it twice.
-func (q *QP) duplicate(p *bth.Packet, info *bth.OpInfo) {
-	s := &q.resp
+func (s *responder) duplicate(p *bth.Packet, info *bth.OpInfo) {
+	q := s.q
 	psn := p.BTH.PSN
 	switch info.Op {
 	case bth.OpSend, bth.OpWrite:
-		q.ack(s.ePSN.Add(-1))
+		s.ack(s.ePSN.Add(-1))
 	case bth.OpReadRequest:
 		for i := range s.res {
 			r := &s.res[i]
@@ -418,7 +396,7 @@ func (q *QP) duplicate(p *bth.Packet, info *bth.OpInfo) {
 			}
 			var data []byte
 			if reth.DMALength > 0 {
-				data = q.remote(reth.RKey, reth.VA, uint64(reth.DMALength), IBV_ACCESS_REMOTE_READ)
+				data = s.remote(reth.RKey, reth.VA, uint64(reth.DMALength), IBV_ACCESS_REMOTE_READ)
 				if data == nil {
 					break
 				}
@@ -433,27 +411,30 @@ func (q *QP) duplicate(p *bth.Packet, info *bth.OpInfo) {
 					return
 				}
 			}
-			q.queue(it)
+			s.queue(it)
 			return
 		}
-		q.Counters.Dropped++
+		// Not a request this responder remembers (or its memory is no
+		// longer readable): a class D error, dropped (rxe's
+		// duplicate_request).
+		q.Counters.DuplicateNoResource++
 	case bth.OpCompareSwap, bth.OpFetchAdd:
 		for i := range s.res {
 			r := &s.res[i]
 			if r.atomic && r.firstPSN == psn {
-				q.queue(outItem{op: bth.RCAtomicAcknowledge, psn: psn, syndrome: bth.SyndromeACKNoCredits, msn: r.msn, orig: r.orig})
+				s.queue(outItem{op: bth.RCAtomicAcknowledge, psn: psn, syndrome: bth.SyndromeACKNoCredits, msn: r.msn, orig: r.orig})
 				return
 			}
 		}
-		q.Counters.Dropped++
+		q.Counters.DuplicateNoResource++
 	default:
-		q.Counters.Dropped++
+		q.Counters.DuplicateNoResource++
 	}
 }
 
-// nextResponse hands out the responder's next packet.
-func (q *QP) nextResponse(now time.Time, out *bth.Packet) bool {
-	s := &q.resp
+// next hands out the responder's next packet.
+func (s *responder) next(now time.Time, out *bth.Packet) bool {
+	q := s.q
 	if len(s.out) == 0 || q.state == IBV_QPS_RESET || q.state == IBV_QPS_INIT {
 		return false
 	}
@@ -502,4 +483,35 @@ func (q *QP) nextResponse(now time.Time, out *bth.Packet) bool {
 		s.out = nil
 	}
 	return true
+}
+
+// flush completes the receive WQE in progress and every queued one with
+// IBV_WC_WR_FLUSH_ERR, or discards them when complete is false.
+func (s *responder) flush(complete bool) {
+	q := s.q
+	if s.cur != nil {
+		if complete {
+			q.rcq.push(WC{WRID: s.cur.wr.WRID, Status: IBV_WC_WR_FLUSH_ERR, Opcode: IBV_WC_RECV, QPNum: q.QPN})
+		}
+		s.cur = nil
+	}
+	for _, w := range s.rq {
+		if complete {
+			q.rcq.push(WC{WRID: w.wr.WRID, Status: IBV_WC_WR_FLUSH_ERR, Opcode: IBV_WC_RECV, QPNum: q.QPN})
+		}
+	}
+	s.rq = s.rq[:0]
+}
+
+// keepAcksOnly trims the output queue when the QP enters ERR: only ACKs
+// and NAKs already queued (the NAK that ended the QP among them) still go
+// out; READ responses and atomic ACKs do not.
+func (s *responder) keepAcksOnly() {
+	keep := s.out[:0]
+	for _, it := range s.out {
+		if it.op == bth.RCAcknowledge {
+			keep = append(keep, it)
+		}
+	}
+	s.out = keep
 }

@@ -13,7 +13,8 @@ import (
 // Two PDs never share keys, so a QP cannot reach another PD's memory,
 // locally or for a peer.
 func TestPDIsolation(t *testing.T) {
-	a, b := NewPD(), NewPD()
+	dev := NewDevice()
+	a, b := dev.NewPD(), dev.NewPD()
 	ma, err := a.RegMR(make([]byte, 64), IBV_ACCESS_LOCAL_WRITE|IBV_ACCESS_REMOTE_WRITE)
 	require.NoError(t, err)
 	mb, err := b.RegMR(make([]byte, 64), IBV_ACCESS_LOCAL_WRITE|IBV_ACCESS_REMOTE_WRITE)
@@ -26,7 +27,7 @@ func TestPDIsolation(t *testing.T) {
 
 	// End to end: a peer that holds the R_Key of another PD's region is refused.
 	w := newWire(t, defaultOpts())
-	other := NewPD()
+	other := w.pd[1].Device().NewPD() // another PD on the responder's device
 	secret := []byte("SECRET!!")
 	omr, _ := other.RegMR(secret, IBV_ACCESS_LOCAL_WRITE|IBV_ACCESS_REMOTE_WRITE|IBV_ACCESS_REMOTE_READ)
 	lmr, _ := w.pd[0].RegMR(make([]byte, 8), IBV_ACCESS_LOCAL_WRITE)
@@ -108,7 +109,7 @@ func TestERRStopsResponses(t *testing.T) {
 // Posting before RTS is refused (rxe: -EINVAL); inline data is copied at
 // post time.
 func TestPostStatesAndInline(t *testing.T) {
-	pd := NewPD()
+	pd := NewDevice().NewPD()
 	cq := NewCQ(8)
 	q, err := New(InitAttr{PD: pd, SendCQ: cq, RecvCQ: cq, QPN: 0x42})
 	require.NoError(t, err)

@@ -79,7 +79,7 @@ type Endpoint struct {
 	qps     map[uint32]*QP
 	order   []*QP
 	cqs     []*CQ
-	nextQPN uint32
+	dev     *qp.Device // QPNs, memory-region keys and addresses
 	stats   Stats
 	closed  bool
 	timer   *time.Timer
@@ -97,7 +97,7 @@ func NewEndpoint(conn Conn, opts Options) *Endpoint {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	ep := &Endpoint{conn: conn, opts: opts, log: log, qps: map[uint32]*QP{}, nextQPN: 0x11, done: make(chan struct{})}
+	ep := &Endpoint{conn: conn, opts: opts, log: log, qps: map[uint32]*QP{}, dev: qp.NewDevice(), done: make(chan struct{})}
 	go ep.readLoop()
 	return ep
 }
@@ -368,8 +368,9 @@ type PD struct {
 	pd *qp.PD
 }
 
-// NewPD returns a new protection domain.
-func (ep *Endpoint) NewPD() *PD { return &PD{ep: ep, pd: qp.NewPD()} }
+// NewPD returns a new protection domain of the Endpoint's device: keys are
+// unique across the PDs of one Endpoint.
+func (ep *Endpoint) NewPD() *PD { return &PD{ep: ep, pd: ep.dev.NewPD()} }
 
 // RegMR registers buf (see qp.PD.RegMR). The Endpoint reads and writes buf
 // while QPs use it: read it after the completion that says it is written,
@@ -466,23 +467,19 @@ type QP struct {
 	cnpTOS uint8
 }
 
-// NewQP creates a QP in RESET with the next free QPN (rxe starts at 0x11).
-// init.QPN is ignored.
+// NewQP creates a QP in RESET with the device's next free QPN (from 0x11
+// up, as rxe). init.QPN is ignored.
 func (ep *Endpoint) NewQP(pd *PD, sendCQ, recvCQ *CQ, init qp.InitAttr) (*QP, error) {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	if ep.closed {
 		return nil, ErrClosed
 	}
-	for ep.qps[ep.nextQPN] != nil || ep.nextQPN < 2 {
-		ep.nextQPN = (ep.nextQPN + 1) & 0xFFFFFF
-	}
-	init.PD, init.SendCQ, init.RecvCQ, init.QPN = pd.pd, sendCQ.cq, recvCQ.cq, ep.nextQPN
+	init.PD, init.SendCQ, init.RecvCQ, init.QPN = pd.pd, sendCQ.cq, recvCQ.cq, 0
 	q, err := qp.New(init)
 	if err != nil {
 		return nil, err
 	}
-	ep.nextQPN = (ep.nextQPN + 1) & 0xFFFFFF
 	w := &QP{ep: ep, q: q, cnpTOS: bth.TrafficClass(48, bth.ECT0)}
 	if init.CC != nil {
 		w.cnpTOS = bth.TrafficClass(init.CC.CNPDSCP, bth.ECT0)
@@ -613,12 +610,13 @@ func (w *QP) PostRecv(wr qp.RecvWR) error {
 	return nil
 }
 
-// Destroy removes the QP from the Endpoint; packets for it are then
-// counted as for an unknown QP.
+// Destroy removes the QP from the Endpoint and frees its QPN (see
+// qp.QP.Destroy); packets for it are then counted as for an unknown QP.
 func (w *QP) Destroy() {
 	w.ep.mu.Lock()
 	defer w.ep.mu.Unlock()
 	delete(w.ep.qps, w.q.QPN)
+	w.q.Destroy()
 	for i, q := range w.ep.order {
 		if q == w {
 			w.ep.order = append(w.ep.order[:i], w.ep.order[i+1:]...)

@@ -1,0 +1,90 @@
+package qp
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Device is one emulated RDMA device, as an ibv_context: it numbers the
+// QPs created on it and hands out the L_Keys, R_Keys and virtual addresses
+// of the memory regions of all its protection domains, so that keys are
+// unique across the domains of one device (a key of another domain is
+// then unknown to a QP, IBTA 10.6.3.2) and regions get distinct addresses,
+// as the buffers of one process have. Two devices number independently,
+// as two hosts do. The zero value is not usable; call NewDevice. A Device
+// is not safe for concurrent use: a driver serialises calls on the device,
+// its PDs and its QPs (package transport holds the Endpoint's lock).
+type Device struct {
+	keySeq  uint32
+	nextVA  uint64
+	nextQPN uint32
+	qpns    map[uint32]*QP
+}
+
+// firstVA is where memory regions are placed: an address of the shape a
+// user-space buffer has on x86-64 Linux, so that captures look like those
+// of real stacks.
+const firstVA = 0x7f0000000000
+
+// firstQPN is the first QPN a device allocates (rxe's RXE_MIN_QP_INDEX
+// range starts at 0x11; 0 and 1 are the special QPs, IBTA 3.5.1).
+const firstQPN = 0x11
+
+// ErrQPNInUse is returned by New when the QPN asked for already names a
+// QP of the device.
+var ErrQPNInUse = errors.New("qp: QPN already in use on this device")
+
+// NewDevice returns a device with no QPs and no memory regions.
+func NewDevice() *Device {
+	return &Device{nextVA: firstVA, nextQPN: firstQPN, qpns: map[uint32]*QP{}}
+}
+
+// NewPD returns an empty protection domain of d (ibv_alloc_pd).
+func (d *Device) NewPD() *PD { return &PD{dev: d, mrs: map[uint32]*MR{}} }
+
+// newKey returns the next memory-region key: a 24-bit index and an 8-bit
+// key byte, as rxe composes them (index << 8 | key).
+func (d *Device) newKey() uint32 {
+	d.keySeq++
+	seq := d.keySeq
+	return seq<<8 | (seq*37+11)&0xFF
+}
+
+// newVA reserves size bytes of virtual address space, page-aligned, with a
+// guard page after them, and returns where they start.
+func (d *Device) newVA(size uint64) uint64 {
+	size = (size + 4095) &^ 4095
+	va := d.nextVA
+	d.nextVA += size + 4096
+	return va
+}
+
+// bindQPN gives q the QPN qpn, or, when qpn is 0, the next free one from
+// 0x11 up (wrapping at 24 bits, skipping 0 and 1).
+func (d *Device) bindQPN(q *QP, qpn uint32) error {
+	if qpn != 0 {
+		if d.qpns[qpn] != nil {
+			return fmt.Errorf("%w: %w: %#x", ErrBadAttr, ErrQPNInUse, qpn)
+		}
+		d.qpns[qpn] = q
+		q.QPN = qpn
+		return nil
+	}
+	if len(d.qpns) >= 0xFFFFFF-1 {
+		return fmt.Errorf("%w: no free QPN on the device", ErrBadAttr)
+	}
+	for d.qpns[d.nextQPN] != nil || d.nextQPN < 2 {
+		d.nextQPN = (d.nextQPN + 1) & 0xFFFFFF
+	}
+	q.QPN = d.nextQPN
+	d.qpns[q.QPN] = q
+	d.nextQPN = (d.nextQPN + 1) & 0xFFFFFF
+	return nil
+}
+
+// releaseQPN frees q's QPN for reuse.
+func (d *Device) releaseQPN(q *QP) {
+	if d.qpns[q.QPN] == q {
+		delete(d.qpns, q.QPN)
+	}
+}
