@@ -17,10 +17,6 @@ type congestion struct {
 	cnpDue    bool      // a CNP waits to be sent
 }
 
-// pktOverhead is what a packet adds to its payload on the wire (Ethernet,
-// IPv4, UDP, BTH, ICRC): the pacer spends tokens for whole packets.
-const pktOverhead = 58
-
 // newCongestion sets up DCQCN from p, or, when alg is not nil, that
 // algorithm as the sender side with p's notification point and line rate.
 func newCongestion(p *cc.Params, alg cc.Algorithm) (*congestion, error) {
@@ -32,7 +28,7 @@ func newCongestion(p *cc.Params, alg cc.Algorithm) (*congestion, error) {
 		alg = rp
 	}
 	return &congestion{rp: alg, np: cc.NewNotificationPoint(p.MinTimeBetweenCNPs),
-		pacer: cc.NewPacer(p.LineRate, 2*(4096+pktOverhead))}, nil
+		pacer: cc.NewPacer(p.LineRate, 2*(4096+bth.PacketOverhead))}, nil
 }
 
 // CCState returns the QP's current rate and, for DCQCN, alpha; ok is
@@ -91,13 +87,13 @@ func (q *QP) pace(now time.Time, n int) bool {
 		return true
 	}
 	c.pacer.SetRate(now, c.rp.Rate())
-	ok, when := c.pacer.Take(now, n+pktOverhead)
+	ok, when := c.pacer.Take(now, n+bth.PacketOverhead)
 	if !ok {
 		c.paceUntil = when
 		return false
 	}
 	c.paceUntil = time.Time{}
-	c.rp.OnSent(now, n+pktOverhead)
+	c.rp.OnSent(now, n+bth.PacketOverhead)
 	return true
 }
 

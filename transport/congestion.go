@@ -52,7 +52,7 @@ func (n *Network) admitLocked(cp *CongestionPoint, d Datagram) {
 		cp.MaxHeld = max(cp.MaxHeld, len(cp.held))
 		return
 	}
-	queued, ce := cp.q.Enqueue(len(d.Data)+pktOverheadOnWire, d.TOS&3 != 0)
+	queued, ce := cp.q.Enqueue(bth.WireLen(len(d.Data)), d.TOS&3 != 0)
 	if !queued {
 		n.Lost++
 		return
@@ -65,8 +65,8 @@ func (n *Network) admitLocked(cp *CongestionPoint, d Datagram) {
 	if start.Before(now) {
 		start = now
 	}
-	cp.departAt = start.Add(cp.rate.TxTime(len(d.Data) + pktOverheadOnWire))
-	size := len(d.Data) + pktOverheadOnWire
+	cp.departAt = start.Add(cp.rate.TxTime(bth.WireLen(len(d.Data))))
+	size := bth.WireLen(len(d.Data))
 	n.scheduleLocked(d, cp.departAt.Sub(now), func() {
 		// Runs with n.mu held, when the datagram leaves the queue.
 		cp.q.Dequeue(size)
@@ -78,7 +78,3 @@ func (n *Network) admitLocked(cp *CongestionPoint, d Datagram) {
 		}
 	})
 }
-
-// pktOverheadOnWire is what Ethernet, IPv4 and UDP add to a datagram: the
-// queue counts and serializes whole frames.
-const pktOverheadOnWire = 14 + 20 + 8

@@ -202,7 +202,7 @@ func (s *Switch) back(i int, d Datagram) {
 func (s *Switch) forward(i int, d Datagram) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	it := queued{port: i, d: d, size: len(d.Data) + pktOverheadOnWire}
+	it := queued{port: i, d: d, size: bth.WireLen(len(d.Data))}
 	if s.q.Paused() {
 		if len(s.held) >= s.cfg.MaxHeld {
 			s.stats.Dropped++

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/roce-emu/roce-emu/bth"
 	"github.com/roce-emu/roce-emu/cc"
 )
 
@@ -25,7 +26,7 @@ type Config struct {
 	LinkRate cc.Rate       // every link and the bottleneck
 	Duration time.Duration // simulated time
 	MTU      int           // payload bytes per packet
-	Overhead int           // header bytes per packet on the wire (default 58: Ethernet, IPv4, UDP, BTH, ICRC)
+	Overhead int           // header bytes per packet on the wire (default bth.PacketOverhead, 58: Ethernet, IPv4, UDP, BTH, ICRC)
 	Delay    time.Duration // one-way delay of each hop; CNPs take one Delay back
 	Queue    cc.QueueConfig
 	// DCQCN turns congestion control on; off, senders send at line rate.
@@ -130,10 +131,10 @@ func Run(c Config) (*Result, error) {
 		return nil, fmt.Errorf("sim: delay %v must be at least 0 and under a quarter of the duration", c.Delay)
 	}
 	if c.Overhead == 0 {
-		c.Overhead = 58
+		c.Overhead = bth.PacketOverhead
 	}
 	if c.Overhead < 0 || c.Overhead > 1000 {
-		return nil, fmt.Errorf("sim: overhead %d must be 0 (the default, 58) to 1000 bytes per packet", c.Overhead)
+		return nil, fmt.Errorf("sim: overhead %d must be 0 (the default, %d) to 1000 bytes per packet", c.Overhead, bth.PacketOverhead)
 	}
 	if c.LinkRate.TxTime(c.MTU+c.Overhead) < time.Nanosecond {
 		return nil, fmt.Errorf("sim: a %d-byte packet takes under 1ns at %v, the simulation's time step; use a bigger MTU or a slower link", c.MTU+c.Overhead, c.LinkRate)
