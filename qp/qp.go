@@ -424,7 +424,7 @@ func (q *QP) Deadline() time.Time {
 func (q *QP) HandleTimeout(now time.Time) {
 	r := &q.req
 	if q.cc != nil {
-		q.cc.rp.OnTimeout(now)
+		q.cc.snd.OnTimeout(now)
 		if !q.cc.paceUntil.IsZero() && !now.Before(q.cc.paceUntil) {
 			q.cc.paceUntil = time.Time{}
 		}
@@ -486,7 +486,7 @@ func (q *QP) HandlePacket(now time.Time, p *bth.Packet, ecn bth.ECN) {
 	if op == bth.CNP {
 		// A CNP for this QP's data (reaction point).
 		if q.cc != nil && p.BTH.PKey&0x7FFF == q.attr.PKey&0x7FFF {
-			if q.cc.rp.OnCNP(now) {
+			if q.cc.snd.OnCNP(now) {
 				q.Counters.RPCNPHandled++
 			} else {
 				q.Counters.RPCNPIgnored++

@@ -103,8 +103,8 @@ func (h *events) Pop() any     { o := *h; x := o[len(o)-1]; *h = o[:len(o)-1]; r
 
 type flow struct {
 	rp        *cc.ReactionPoint
+	snd       *cc.Sender // rp and the flow's pacer
 	np        *cc.NotificationPoint
-	pacer     *cc.Pacer
 	nextFree  time.Duration // the sender's link is busy until then
 	sendOK    bool          // a send event is scheduled
 	timerGen  uint64
@@ -183,8 +183,10 @@ func Run(c Config) (*Result, error) {
 		f := &flow{}
 		if c.DCQCN {
 			f.rp, _ = cc.NewReactionPoint(c.Params)
+			if f.snd, err = cc.NewSender(f.rp, 2*pkt); err != nil {
+				return nil, err
+			}
 			f.np = cc.NewNotificationPoint(c.Params.MinTimeBetweenCNPs)
-			f.pacer = cc.NewPacer(c.LinkRate, 2*pkt)
 		}
 		s.flows[i] = f
 		// Start each flow within one packet time of the others, at random:
@@ -213,14 +215,13 @@ func Run(c Config) (*Result, error) {
 				f.waiting = true
 				continue
 			}
-			if f.pacer != nil {
-				f.pacer.SetRate(abs(now), f.rp.Rate())
-				if ok, when := f.pacer.Take(abs(now), pkt); !ok {
-					s.push(event{at: when.Sub(epoch), kind: evSend, flow: e.flow})
+			if f.snd != nil {
+				if wait := f.snd.TimeUntilSend(abs(now), pkt); wait > 0 {
+					s.push(event{at: now + wait, kind: evSend, flow: e.flow})
 					f.sendOK = true
 					continue
 				}
-				f.rp.OnSent(abs(now), pkt)
+				f.snd.OnPacketSent(abs(now), pkt)
 				s.armTimer(e.flow, f)
 			}
 			s.push(event{at: now + c.LinkRate.TxTime(pkt) + c.Delay, kind: evArrive, flow: e.flow, size: pkt})
@@ -256,14 +257,14 @@ func Run(c Config) (*Result, error) {
 				s.push(event{at: now + c.Delay, kind: evCNP, flow: e.flow})
 			}
 		case evCNP:
-			f.rp.OnCNP(abs(now))
+			f.snd.OnCNP(abs(now))
 			s.armTimer(e.flow, f)
 		case evTimer:
 			if e.gen != f.timerGen {
 				continue
 			}
 			f.timerAt = 0
-			f.rp.OnTimeout(abs(now))
+			f.snd.OnTimeout(abs(now))
 			s.armTimer(e.flow, f)
 		case evSample:
 			sm := Sample{T: now, Queue: q.Bytes(), Rates: make([]cc.Rate, c.Flows), Alpha: make([]float64, c.Flows)}
