@@ -113,8 +113,20 @@ type flow struct {
 	lateBytes int64
 }
 
+// arrival is a packet's arrival at the bottleneck port and the port's
+// decisions, as a test sees them (see run).
+type arrival struct {
+	T, Depart  time.Duration // arrival, and departure when queued
+	Flow, Size int
+	Queued, CE bool
+}
+
 // Run simulates the incast.
-func Run(c Config) (*Result, error) {
+func Run(c Config) (*Result, error) { return run(c, nil) }
+
+// run is Run, telling trace (when not nil) about every arrival at the
+// bottleneck port.
+func run(c Config, trace func(arrival)) (*Result, error) {
 	if c.Flows < 1 || c.Flows > 1024 {
 		return nil, fmt.Errorf("sim: flows %d must be 1-1024", c.Flows)
 	}
@@ -162,7 +174,7 @@ func Run(c Config) (*Result, error) {
 				c.Queue.Buffer-c.Queue.XOFF, c.Flows, need)
 		}
 	}
-	q, err := cc.NewQueue(c.Queue, c.Seed)
+	q, err := cc.NewPort(c.Queue, c.Seed)
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +187,7 @@ func Run(c Config) (*Result, error) {
 	epoch := time.Unix(0, 0)
 	abs := func(d time.Duration) time.Time { return epoch.Add(d) }
 	pkt := c.MTU + c.Overhead
-	s := &state{cfg: c, q: q}
+	s := &state{cfg: c, q: q, trace: trace}
 	rng := rand.New(rand.NewPCG(c.Seed, 0x51A7))
 	heap.Init(&s.ev)
 	s.flows = make([]*flow, c.Flows)
@@ -198,7 +210,6 @@ func Run(c Config) (*Result, error) {
 	s.push(event{at: 0, kind: evSample})
 	half := c.Duration / 2
 	delivered := make([]int64, c.Flows)
-	var departFree float64 // the bottleneck is busy until then, in ns (kept exact)
 	res := &Result{}
 	var queueSamples []int
 	for s.ev.Len() > 0 {
@@ -229,16 +240,16 @@ func Run(c Config) (*Result, error) {
 			s.push(event{at: f.nextFree, kind: evSend, flow: e.flow})
 			f.sendOK = true
 		case evArrive:
-			queued, ce := q.Enqueue(e.size, c.DCQCN)
+			departAt, queued, ce := q.Arrive(abs(now), e.size, c.DCQCN)
+			if s.trace != nil {
+				s.trace(arrival{T: now, Flow: e.flow, Size: e.size, Queued: queued, CE: ce, Depart: departAt.Sub(epoch)})
+			}
 			if !queued {
 				continue
 			}
-			departFree = max(float64(now), departFree) + float64(e.size)*8/float64(c.Queue.LineRate)*1e9
-			s.push(event{at: time.Duration(math.Ceil(departFree)), kind: evDepart, flow: e.flow, size: e.size, ce: ce})
+			s.push(event{at: departAt.Sub(epoch), kind: evDepart, flow: e.flow, size: e.size, ce: ce})
 		case evDepart:
-			wasPaused := q.Paused()
-			q.Dequeue(e.size)
-			if wasPaused && !q.Paused() {
+			if q.Depart(e.size) {
 				for i, g := range s.flows {
 					if g.waiting {
 						g.waiting = false
@@ -313,7 +324,8 @@ func Run(c Config) (*Result, error) {
 
 type state struct {
 	cfg   Config
-	q     *cc.Queue
+	q     *cc.Port
+	trace func(arrival)
 	ev    events
 	seq   uint64
 	flows []*flow
