@@ -175,11 +175,12 @@ func (p *Params) Check() error {
 	return nil
 }
 
-// Algorithm is the sender side of a congestion control algorithm, as a QP
-// drives it: it is told about CNPs and bytes sent, runs its timers when its
-// deadline comes, and gives the rate the QP's pacer keeps to. DCQCN's
-// ReactionPoint is one; other algorithms can take its place in
-// qp.InitAttr.CCAlgorithm.
+// Algorithm is the sender side of a congestion control algorithm, as a
+// Sender drives it for a QP: it is told about CNPs and bytes sent, runs its
+// timers when its deadline comes, and gives the rate the Sender's pacer
+// keeps to. The rate may change only inside OnCNP, OnSent and OnTimeout:
+// the Sender reads it after each. DCQCN's ReactionPoint is one; other
+// algorithms can take its place in qp.InitAttr.CCAlgorithm.
 type Algorithm interface {
 	// OnCNP handles a CNP and reports whether it acted on it (false: it
 	// was ignored, e.g. inside DCQCN's rate_reduce_monitor_period).

@@ -19,7 +19,7 @@ import (
 // Addr, and one egress towards Egress (the receiver). Sender i uses
 // Addr:Ports[i] as its peer's address, and the receiver's QP for that
 // sender uses the same Addr:Ports[i]. Datagrams sender i sends to its port
-// go through the egress queue (line rate, WRED-ECN, tail drop or PFC hold)
+// go through the egress port (cc.Port: line rate, WRED-ECN, tail drop or PFC hold)
 // to the receiver, sent from that port; what the receiver sends to the port
 // goes straight back to Senders[i], the address sender i receives at (its
 // packets come from per-QP source ports, so the switch cannot learn it).

@@ -1,8 +1,9 @@
 // Package sim runs DCQCN in simulated time: an N-to-1 incast of
 // continuously backlogged senders through one switch egress queue (the
-// congestion point of package cc) to one receiver. Senders are paced by
-// cc's reaction point, the receiver's notification point turns CE marks
-// into CNPs, and the queue marks, drops or pauses as configured.
+// congestion point of package cc, cc.Port) to one receiver. Senders are
+// cc.Senders (the reaction point and its pacer), the receiver's
+// notification point turns CE marks into CNPs, and the port marks, drops
+// or pauses as configured.
 //
 // It models flows, not queue pairs: a dropped packet is lost goodput (a
 // real RC sender would also go back N), and PFC pauses take effect at once.
