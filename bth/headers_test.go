@@ -2,6 +2,7 @@ package bth
 
 import (
 	"errors"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -361,4 +362,18 @@ func TestRNRTimer(t *testing.T) {
 		assert.Equal(t, time.Duration(us)*time.Microsecond, RNRTimer(uint8(code)|0xE0), "code %d|0xE0", code)
 	}
 	assert.Equal(t, RNRTimer(0), RNRTimer(32))
+}
+
+// The wire overhead is the frame a capture shows around a packet: a
+// 1024-byte SEND-only packet (BTH, payload, ICRC) built by Encap takes
+// 1024+PacketOverhead bytes from the Ethernet header to the ICRC.
+func TestWireOverhead(t *testing.T) {
+	assert.Equal(t, 42, FrameOverhead)
+	assert.Equal(t, 58, PacketOverhead)
+	p := Packet{BTH: BTH{Opcode: RCSendOnly, PKey: DefaultPKey, DestQP: 0x11}, Payload: make([]byte, 1024)}
+	e := Encap{Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr("192.0.2.2"), SrcPort: 0xC000, DstPort: UDPPort}
+	f, err := e.AppendFrame(nil, &p)
+	require.NoError(t, err)
+	assert.Equal(t, 1024+PacketOverhead, len(f))
+	assert.Equal(t, len(f), WireLen(len(f)-FrameOverhead))
 }

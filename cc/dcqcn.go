@@ -175,11 +175,12 @@ func (p *Params) Check() error {
 	return nil
 }
 
-// Algorithm is the sender side of a congestion control algorithm, as a QP
-// drives it: it is told about CNPs and bytes sent, runs its timers when its
-// deadline comes, and gives the rate the QP's pacer keeps to. DCQCN's
-// ReactionPoint is one; other algorithms can take its place in
-// qp.InitAttr.CCAlgorithm.
+// Algorithm is the sender side of a congestion control algorithm, as a
+// Sender drives it for a QP: it is told about CNPs and bytes sent, runs its
+// timers when its deadline comes, and gives the rate the Sender's pacer
+// keeps to. The rate may change only inside OnCNP, OnSent and OnTimeout:
+// the Sender reads it after each. DCQCN's ReactionPoint is one; other
+// algorithms can take its place in qp.InitAttr.CCAlgorithm.
 type Algorithm interface {
 	// OnCNP handles a CNP and reports whether it acted on it (false: it
 	// was ignored, e.g. inside DCQCN's rate_reduce_monitor_period).
@@ -380,50 +381,4 @@ func (n *NotificationPoint) OnMarked(now time.Time) bool {
 	n.last = now
 	n.CNPSent++
 	return true
-}
-
-// Pacer is a token bucket that spaces a sender's packets at a rate. The
-// bucket holds at most Burst bytes; an empty bucket refills at the rate.
-type Pacer struct {
-	rate   Rate
-	burst  float64
-	tokens float64
-	last   time.Time
-	init   bool
-}
-
-// NewPacer returns a full pacer at rate r with a bucket of burst bytes.
-func NewPacer(r Rate, burst int) *Pacer {
-	return &Pacer{rate: r, burst: float64(burst), tokens: float64(burst)}
-}
-
-// SetRate changes the rate; tokens earned so far are kept.
-func (p *Pacer) SetRate(now time.Time, r Rate) {
-	p.refill(now)
-	p.rate = r
-}
-
-func (p *Pacer) refill(now time.Time) {
-	if !p.init {
-		p.init, p.last = true, now
-		return
-	}
-	if d := now.Sub(p.last); d > 0 {
-		p.tokens = math.Min(p.burst, p.tokens+d.Seconds()*float64(p.rate)/8)
-		p.last = now
-	}
-}
-
-// Take asks to send n bytes at now. It returns true and spends the tokens,
-// or false and the time when enough tokens will be there. A packet larger
-// than the bucket may go once the bucket is full.
-func (p *Pacer) Take(now time.Time, n int) (bool, time.Time) {
-	p.refill(now)
-	need := math.Min(float64(n), p.burst)
-	if p.tokens >= need {
-		p.tokens -= float64(n)
-		return true, time.Time{}
-	}
-	wait := (need - p.tokens) * 8 / float64(p.rate)
-	return false, now.Add(time.Duration(math.Ceil(wait * 1e9)))
 }

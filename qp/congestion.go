@@ -7,19 +7,15 @@ import (
 	"github.com/roce-emu/roce-emu/cc"
 )
 
-// congestion is a QP's DCQCN state (package cc): the reaction point and
-// pacer of what it sends, and the notification point of what it receives.
+// congestion is a QP's DCQCN state (package cc): the sender (reaction
+// point and pacer) of what it sends, and the notification point of what it
+// receives.
 type congestion struct {
-	rp        cc.Algorithm
+	snd       *cc.Sender
 	np        *cc.NotificationPoint
-	pacer     *cc.Pacer
 	paceUntil time.Time // the pacer holds the next packet until then
 	cnpDue    bool      // a CNP waits to be sent
 }
-
-// pktOverhead is what a packet adds to its payload on the wire (Ethernet,
-// IPv4, UDP, BTH, ICRC): the pacer spends tokens for whole packets.
-const pktOverhead = 58
 
 // newCongestion sets up DCQCN from p, or, when alg is not nil, that
 // algorithm as the sender side with p's notification point and line rate.
@@ -31,8 +27,11 @@ func newCongestion(p *cc.Params, alg cc.Algorithm) (*congestion, error) {
 		}
 		alg = rp
 	}
-	return &congestion{rp: alg, np: cc.NewNotificationPoint(p.MinTimeBetweenCNPs),
-		pacer: cc.NewPacer(p.LineRate, 2*(4096+pktOverhead))}, nil
+	snd, err := cc.NewSender(alg, 2*(4096+bth.PacketOverhead))
+	if err != nil {
+		return nil, err
+	}
+	return &congestion{snd: snd, np: cc.NewNotificationPoint(p.MinTimeBetweenCNPs)}, nil
 }
 
 // CCState returns the QP's current rate and, for DCQCN, alpha; ok is
@@ -41,10 +40,10 @@ func (q *QP) CCState() (rate cc.Rate, alpha float64, ok bool) {
 	if q.cc == nil {
 		return 0, 0, false
 	}
-	if a, is := q.cc.rp.(interface{ Alpha() float64 }); is {
+	if a, is := q.cc.snd.Algorithm().(interface{ Alpha() float64 }); is {
 		alpha = a.Alpha()
 	}
-	return q.cc.rp.Rate(), alpha, true
+	return q.cc.snd.Rate(), alpha, true
 }
 
 // CCLowestRate returns the lowest rate DCQCN has cut this QP to (the line
@@ -53,10 +52,10 @@ func (q *QP) CCLowestRate() cc.Rate {
 	if q.cc == nil {
 		return 0
 	}
-	if l, is := q.cc.rp.(interface{ Lowest() cc.Rate }); is {
+	if l, is := q.cc.snd.Algorithm().(interface{ Lowest() cc.Rate }); is {
 		return l.Lowest()
 	}
-	return q.cc.rp.Rate()
+	return q.cc.snd.Rate()
 }
 
 // notify is the notification point: a CE-marked packet this QP receives
@@ -90,14 +89,13 @@ func (q *QP) pace(now time.Time, n int) bool {
 	if c == nil {
 		return true
 	}
-	c.pacer.SetRate(now, c.rp.Rate())
-	ok, when := c.pacer.Take(now, n+pktOverhead)
-	if !ok {
-		c.paceUntil = when
+	size := n + bth.PacketOverhead
+	if wait := c.snd.TimeUntilSend(now, size); wait > 0 {
+		c.paceUntil = now.Add(wait)
 		return false
 	}
 	c.paceUntil = time.Time{}
-	c.rp.OnSent(now, n+pktOverhead)
+	c.snd.OnPacketSent(now, size)
 	return true
 }
 
@@ -106,7 +104,7 @@ func (q *QP) ccDeadline() time.Time {
 	if q.cc == nil {
 		return time.Time{}
 	}
-	return earliest(q.cc.rp.Deadline(), q.cc.paceUntil)
+	return earliest(q.cc.snd.Deadline(), q.cc.paceUntil)
 }
 
 func earliest(a, b time.Time) time.Time {

@@ -433,7 +433,7 @@ func (q *QP) Deadline() time.Time {
 // HandleTimeout runs the timers that expired at or before now.
 func (q *QP) HandleTimeout(now time.Time) {
 	if q.cc != nil {
-		q.cc.rp.OnTimeout(now)
+		q.cc.snd.OnTimeout(now)
 		if !q.cc.paceUntil.IsZero() && !now.Before(q.cc.paceUntil) {
 			q.cc.paceUntil = time.Time{}
 		}
@@ -459,7 +459,7 @@ func (q *QP) HandlePacket(now time.Time, p *bth.Packet, ecn bth.ECN) {
 			q.Counters.PKeyViolations++
 		case q.cc == nil:
 			q.Counters.RPCNPIgnored++ // no reaction point: mlx5 counts it so
-		case q.cc.rp.OnCNP(now):
+		case q.cc.snd.OnCNP(now):
 			q.Counters.RPCNPHandled++
 		default:
 			q.Counters.RPCNPIgnored++

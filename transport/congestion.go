@@ -8,15 +8,14 @@ import (
 	"github.com/roce-emu/roce-emu/cc"
 )
 
-// CongestionPoint is a switch egress queue in front of one address of an
-// in-memory Network (package cc's Queue): datagrams to that address leave
-// one at a time at the queue's line rate, ECN-capable ones are marked CE
-// by WRED, and a full buffer drops them, or with PFC the senders' datagrams
-// wait (as if their links were paused) until the queue falls below XON.
+// CongestionPoint is a switch egress port in front of one address of an
+// in-memory Network, run by package cc's port model (cc.Port): datagrams
+// to that address leave one at a time at the port's line rate,
+// ECN-capable ones are marked CE by WRED, and a full buffer drops them, or
+// with PFC the senders' datagrams wait (as if their links were paused)
+// until the queue falls to XON. Sizes are frames on the wire (bth.WireLen).
 type CongestionPoint struct {
-	q         *cc.Queue
-	rate      cc.Rate
-	departAt  time.Time
+	port      *cc.Port
 	held      []Datagram // PFC: waiting to enter the queue
 	MaxHeld   int
 	Delivered uint64
@@ -24,14 +23,14 @@ type CongestionPoint struct {
 
 // AddCongestionPoint puts a congestion point in front of dst.
 func (n *Network) AddCongestionPoint(dst netip.AddrPort, cfg cc.QueueConfig, seed uint64) (*CongestionPoint, error) {
-	q, err := cc.NewQueue(cfg, seed)
+	port, err := cc.NewPort(cfg, seed)
 	if err != nil {
 		return nil, err
 	}
 	if dst.Port() == 0 {
 		dst = netip.AddrPortFrom(dst.Addr(), bth.UDPPort)
 	}
-	cp := &CongestionPoint{q: q, rate: cfg.LineRate}
+	cp := &CongestionPoint{port: port}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.cps == nil {
@@ -41,18 +40,20 @@ func (n *Network) AddCongestionPoint(dst netip.AddrPort, cfg cc.QueueConfig, see
 	return cp, nil
 }
 
-// Queue returns the congestion point's queue state (depth and counters).
-// Read it only while the network is quiet, or under synctest.
-func (cp *CongestionPoint) Queue() *cc.Queue { return cp.q }
+// Queue returns the congestion point's port (depth and counters). Read it
+// only while the network is quiet, or under synctest.
+func (cp *CongestionPoint) Queue() *cc.Port { return cp.port }
 
-// admitLocked runs one datagram into the queue; n.mu is held.
+// admitLocked runs one datagram into the port; n.mu is held.
 func (n *Network) admitLocked(cp *CongestionPoint, d Datagram) {
-	if cp.q.Paused() {
+	if cp.port.Paused() {
 		cp.held = append(cp.held, d)
 		cp.MaxHeld = max(cp.MaxHeld, len(cp.held))
 		return
 	}
-	queued, ce := cp.q.Enqueue(len(d.Data)+pktOverheadOnWire, d.TOS&3 != 0)
+	size := bth.WireLen(len(d.Data))
+	now := time.Now()
+	departAt, queued, ce := cp.port.Arrive(now, size, d.TOS&3 != 0)
 	if !queued {
 		n.Lost++
 		return
@@ -60,25 +61,14 @@ func (n *Network) admitLocked(cp *CongestionPoint, d Datagram) {
 	if ce {
 		d.TOS |= 3
 	}
-	now := time.Now()
-	start := cp.departAt
-	if start.Before(now) {
-		start = now
-	}
-	cp.departAt = start.Add(cp.rate.TxTime(len(d.Data) + pktOverheadOnWire))
-	size := len(d.Data) + pktOverheadOnWire
-	n.scheduleLocked(d, cp.departAt.Sub(now), func() {
-		// Runs with n.mu held, when the datagram leaves the queue.
-		cp.q.Dequeue(size)
+	n.scheduleLocked(d, departAt.Sub(now), func() {
+		// Runs with n.mu held, when the datagram leaves the port.
+		cp.port.Depart(size)
 		cp.Delivered++
-		for len(cp.held) > 0 && !cp.q.Paused() {
+		for len(cp.held) > 0 && !cp.port.Paused() {
 			h := cp.held[0]
 			cp.held = cp.held[1:]
 			n.admitLocked(cp, h)
 		}
 	})
 }
-
-// pktOverheadOnWire is what Ethernet, IPv4 and UDP add to a datagram: the
-// queue counts and serializes whole frames.
-const pktOverheadOnWire = 14 + 20 + 8

@@ -19,7 +19,7 @@ import (
 // Addr, and one egress towards Egress (the receiver). Sender i uses
 // Addr:Ports[i] as its peer's address, and the receiver's QP for that
 // sender uses the same Addr:Ports[i]. Datagrams sender i sends to its port
-// go through the egress queue (line rate, WRED-ECN, tail drop or PFC hold)
+// go through the egress port (cc.Port: line rate, WRED-ECN, tail drop or PFC hold)
 // to the receiver, sent from that port; what the receiver sends to the port
 // goes straight back to Senders[i], the address sender i receives at (its
 // packets come from per-QP source ports, so the switch cannot learn it).
@@ -62,13 +62,13 @@ type SwitchStats struct {
 type Switch struct {
 	cfg   SwitchConfig
 	conns []Conn
-	q     *cc.Queue
+	port  *cc.Port // the egress port model
 
 	mu       sync.Mutex
 	senders  []netip.AddrPort // where each port's sender receives
 	fifo     []queued         // in the egress queue, in order
 	held     []queued         // PFC: waiting to enter it
-	departAt time.Time
+	heldDrop uint64           // dropped because PFC held MaxHeld already
 	stats    SwitchStats
 	wake     chan struct{}
 	done     chan struct{}
@@ -76,9 +76,10 @@ type Switch struct {
 }
 
 type queued struct {
-	port int
-	d    Datagram
-	size int
+	port     int
+	d        Datagram
+	size     int       // on the wire
+	departAt time.Time // when its last bit leaves the egress
 }
 
 // NewSwitch opens the ports and starts forwarding.
@@ -102,11 +103,11 @@ func NewSwitch(cfg SwitchConfig) (*Switch, error) {
 	if cfg.MaxHeld == 0 {
 		cfg.MaxHeld = 100000
 	}
-	q, err := cc.NewQueue(cfg.Queue, cfg.Seed)
+	port, err := cc.NewPort(cfg.Queue, cfg.Seed)
 	if err != nil {
 		return nil, err
 	}
-	s := &Switch{cfg: cfg, q: q, senders: cfg.Senders, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	s := &Switch{cfg: cfg, port: port, senders: cfg.Senders, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	for _, p := range cfg.Ports {
 		c, err := ListenUDP(netip.AddrPortFrom(cfg.Addr, p), UDPOptions{EphemeralPort: true})
 		if err != nil {
@@ -148,7 +149,9 @@ func (s *Switch) Stats() SwitchStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.stats
-	st.QueueBytes = s.q.Bytes()
+	st.Marked, st.Pauses = s.port.Marked, s.port.Pauses
+	st.Dropped = s.port.Dropped + s.heldDrop
+	st.QueueBytes, st.QueueMax = s.port.Bytes(), s.port.MaxBytes
 	return st
 }
 
@@ -202,33 +205,28 @@ func (s *Switch) back(i int, d Datagram) {
 func (s *Switch) forward(i int, d Datagram) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	it := queued{port: i, d: d, size: len(d.Data) + pktOverheadOnWire}
-	if s.q.Paused() {
+	it := queued{port: i, d: d, size: bth.WireLen(len(d.Data))}
+	if s.port.Paused() {
 		if len(s.held) >= s.cfg.MaxHeld {
-			s.stats.Dropped++
+			s.heldDrop++
 			return
 		}
 		s.held = append(s.held, it)
 		return
 	}
-	s.admitLocked(it)
+	s.admitLocked(it, time.Now())
 }
 
-func (s *Switch) admitLocked(it queued) {
-	pausedBefore := s.q.Paused()
-	ok, ce := s.q.Enqueue(it.size, it.d.TOS&3 != 0)
+// admitLocked runs a datagram into the egress port at now; s.mu is held.
+func (s *Switch) admitLocked(it queued, now time.Time) {
+	departAt, ok, ce := s.port.Arrive(now, it.size, it.d.TOS&3 != 0)
 	if !ok {
-		s.stats.Dropped++
 		return
-	}
-	if !pausedBefore && s.q.Paused() {
-		s.stats.Pauses++
 	}
 	if ce {
 		it.d.TOS |= 3
-		s.stats.Marked++
 	}
-	s.stats.QueueMax = max(s.stats.QueueMax, s.q.Bytes())
+	it.departAt = departAt
 	s.fifo = append(s.fifo, it)
 	select {
 	case s.wake <- struct{}{}:
@@ -246,27 +244,23 @@ func (s *Switch) egress() {
 		s.mu.Lock()
 		now := time.Now()
 		batch = batch[:0]
-		for len(s.fifo) > 0 {
-			if s.departAt.Before(now.Add(-time.Millisecond)) {
-				s.departAt = now // idle: start from now, do not bank credit
-			}
-			if s.departAt.After(now) {
-				break
-			}
+		// The port timed each datagram's departure when it arrived, from
+		// the line's own clock: a late wake-up sends what is due at once
+		// and loses no line time.
+		for len(s.fifo) > 0 && !s.fifo[0].departAt.After(now) {
 			it := s.fifo[0]
 			s.fifo = s.fifo[1:]
-			s.departAt = s.departAt.Add(s.cfg.Queue.LineRate.TxTime(it.size))
-			s.q.Dequeue(it.size)
+			s.port.Depart(it.size)
 			batch = append(batch, it)
-			for len(s.held) > 0 && !s.q.Paused() {
+			for len(s.held) > 0 && !s.port.Paused() {
 				h := s.held[0]
 				s.held = s.held[1:]
-				s.admitLocked(h)
+				s.admitLocked(h, now)
 			}
 		}
 		wait := time.Hour
 		if len(s.fifo) > 0 {
-			wait = s.departAt.Sub(now)
+			wait = s.fifo[0].departAt.Sub(now)
 		}
 		s.stats.Forwarded += uint64(len(batch))
 		s.mu.Unlock()

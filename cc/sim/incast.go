@@ -1,8 +1,9 @@
 // Package sim runs DCQCN in simulated time: an N-to-1 incast of
 // continuously backlogged senders through one switch egress queue (the
-// congestion point of package cc) to one receiver. Senders are paced by
-// cc's reaction point, the receiver's notification point turns CE marks
-// into CNPs, and the queue marks, drops or pauses as configured.
+// congestion point of package cc, cc.Port) to one receiver. Senders are
+// cc.Senders (the reaction point and its pacer), the receiver's
+// notification point turns CE marks into CNPs, and the port marks, drops
+// or pauses as configured.
 //
 // It models flows, not queue pairs: a dropped packet is lost goodput (a
 // real RC sender would also go back N), and PFC pauses take effect at once.
@@ -16,6 +17,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/roce-emu/roce-emu/bth"
 	"github.com/roce-emu/roce-emu/cc"
 )
 
@@ -25,7 +27,7 @@ type Config struct {
 	LinkRate cc.Rate       // every link and the bottleneck
 	Duration time.Duration // simulated time
 	MTU      int           // payload bytes per packet
-	Overhead int           // header bytes per packet on the wire (default 58: Ethernet, IPv4, UDP, BTH, ICRC)
+	Overhead int           // header bytes per packet on the wire (default bth.PacketOverhead, 58: Ethernet, IPv4, UDP, BTH, ICRC)
 	Delay    time.Duration // one-way delay of each hop; CNPs take one Delay back
 	Queue    cc.QueueConfig
 	// DCQCN turns congestion control on; off, senders send at line rate.
@@ -102,8 +104,8 @@ func (h *events) Pop() any     { o := *h; x := o[len(o)-1]; *h = o[:len(o)-1]; r
 
 type flow struct {
 	rp        *cc.ReactionPoint
+	snd       *cc.Sender // rp and the flow's pacer
 	np        *cc.NotificationPoint
-	pacer     *cc.Pacer
 	nextFree  time.Duration // the sender's link is busy until then
 	sendOK    bool          // a send event is scheduled
 	timerGen  uint64
@@ -112,8 +114,20 @@ type flow struct {
 	lateBytes int64
 }
 
+// arrival is a packet's arrival at the bottleneck port and the port's
+// decisions, as a test sees them (see run).
+type arrival struct {
+	T, Depart  time.Duration // arrival, and departure when queued
+	Flow, Size int
+	Queued, CE bool
+}
+
 // Run simulates the incast.
-func Run(c Config) (*Result, error) {
+func Run(c Config) (*Result, error) { return run(c, nil) }
+
+// run is Run, telling trace (when not nil) about every arrival at the
+// bottleneck port.
+func run(c Config, trace func(arrival)) (*Result, error) {
 	if c.Flows < 1 || c.Flows > 1024 {
 		return nil, fmt.Errorf("sim: flows %d must be 1-1024", c.Flows)
 	}
@@ -130,10 +144,10 @@ func Run(c Config) (*Result, error) {
 		return nil, fmt.Errorf("sim: delay %v must be at least 0 and under a quarter of the duration", c.Delay)
 	}
 	if c.Overhead == 0 {
-		c.Overhead = 58
+		c.Overhead = bth.PacketOverhead
 	}
 	if c.Overhead < 0 || c.Overhead > 1000 {
-		return nil, fmt.Errorf("sim: overhead %d must be 0 (the default, 58) to 1000 bytes per packet", c.Overhead)
+		return nil, fmt.Errorf("sim: overhead %d must be 0 (the default, %d) to 1000 bytes per packet", c.Overhead, bth.PacketOverhead)
 	}
 	if c.LinkRate.TxTime(c.MTU+c.Overhead) < time.Nanosecond {
 		return nil, fmt.Errorf("sim: a %d-byte packet takes under 1ns at %v, the simulation's time step; use a bigger MTU or a slower link", c.MTU+c.Overhead, c.LinkRate)
@@ -161,7 +175,7 @@ func Run(c Config) (*Result, error) {
 				c.Queue.Buffer-c.Queue.XOFF, c.Flows, need)
 		}
 	}
-	q, err := cc.NewQueue(c.Queue, c.Seed)
+	q, err := cc.NewPort(c.Queue, c.Seed)
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +188,7 @@ func Run(c Config) (*Result, error) {
 	epoch := time.Unix(0, 0)
 	abs := func(d time.Duration) time.Time { return epoch.Add(d) }
 	pkt := c.MTU + c.Overhead
-	s := &state{cfg: c, q: q}
+	s := &state{cfg: c, q: q, trace: trace}
 	rng := rand.New(rand.NewPCG(c.Seed, 0x51A7))
 	heap.Init(&s.ev)
 	s.flows = make([]*flow, c.Flows)
@@ -182,8 +196,10 @@ func Run(c Config) (*Result, error) {
 		f := &flow{}
 		if c.DCQCN {
 			f.rp, _ = cc.NewReactionPoint(c.Params)
+			if f.snd, err = cc.NewSender(f.rp, 2*pkt); err != nil {
+				return nil, err
+			}
 			f.np = cc.NewNotificationPoint(c.Params.MinTimeBetweenCNPs)
-			f.pacer = cc.NewPacer(c.LinkRate, 2*pkt)
 		}
 		s.flows[i] = f
 		// Start each flow within one packet time of the others, at random:
@@ -195,7 +211,6 @@ func Run(c Config) (*Result, error) {
 	s.push(event{at: 0, kind: evSample})
 	half := c.Duration / 2
 	delivered := make([]int64, c.Flows)
-	var departFree float64 // the bottleneck is busy until then, in ns (kept exact)
 	res := &Result{}
 	var queueSamples []int
 	for s.ev.Len() > 0 {
@@ -212,14 +227,13 @@ func Run(c Config) (*Result, error) {
 				f.waiting = true
 				continue
 			}
-			if f.pacer != nil {
-				f.pacer.SetRate(abs(now), f.rp.Rate())
-				if ok, when := f.pacer.Take(abs(now), pkt); !ok {
-					s.push(event{at: when.Sub(epoch), kind: evSend, flow: e.flow})
+			if f.snd != nil {
+				if wait := f.snd.TimeUntilSend(abs(now), pkt); wait > 0 {
+					s.push(event{at: now + wait, kind: evSend, flow: e.flow})
 					f.sendOK = true
 					continue
 				}
-				f.rp.OnSent(abs(now), pkt)
+				f.snd.OnPacketSent(abs(now), pkt)
 				s.armTimer(e.flow, f)
 			}
 			s.push(event{at: now + c.LinkRate.TxTime(pkt) + c.Delay, kind: evArrive, flow: e.flow, size: pkt})
@@ -227,16 +241,16 @@ func Run(c Config) (*Result, error) {
 			s.push(event{at: f.nextFree, kind: evSend, flow: e.flow})
 			f.sendOK = true
 		case evArrive:
-			queued, ce := q.Enqueue(e.size, c.DCQCN)
+			departAt, queued, ce := q.Arrive(abs(now), e.size, c.DCQCN)
+			if s.trace != nil {
+				s.trace(arrival{T: now, Flow: e.flow, Size: e.size, Queued: queued, CE: ce, Depart: departAt.Sub(epoch)})
+			}
 			if !queued {
 				continue
 			}
-			departFree = max(float64(now), departFree) + float64(e.size)*8/float64(c.Queue.LineRate)*1e9
-			s.push(event{at: time.Duration(math.Ceil(departFree)), kind: evDepart, flow: e.flow, size: e.size, ce: ce})
+			s.push(event{at: departAt.Sub(epoch), kind: evDepart, flow: e.flow, size: e.size, ce: ce})
 		case evDepart:
-			wasPaused := q.Paused()
-			q.Dequeue(e.size)
-			if wasPaused && !q.Paused() {
+			if q.Depart(e.size) {
 				for i, g := range s.flows {
 					if g.waiting {
 						g.waiting = false
@@ -255,14 +269,14 @@ func Run(c Config) (*Result, error) {
 				s.push(event{at: now + c.Delay, kind: evCNP, flow: e.flow})
 			}
 		case evCNP:
-			f.rp.OnCNP(abs(now))
+			f.snd.OnCNP(abs(now))
 			s.armTimer(e.flow, f)
 		case evTimer:
 			if e.gen != f.timerGen {
 				continue
 			}
 			f.timerAt = 0
-			f.rp.OnTimeout(abs(now))
+			f.snd.OnTimeout(abs(now))
 			s.armTimer(e.flow, f)
 		case evSample:
 			sm := Sample{T: now, Queue: q.Bytes(), Rates: make([]cc.Rate, c.Flows), Alpha: make([]float64, c.Flows)}
@@ -311,7 +325,8 @@ func Run(c Config) (*Result, error) {
 
 type state struct {
 	cfg   Config
-	q     *cc.Queue
+	q     *cc.Port
+	trace func(arrival)
 	ev    events
 	seq   uint64
 	flows []*flow

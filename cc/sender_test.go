@@ -1,0 +1,134 @@
+package cc
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fixed is the smallest Algorithm: a constant rate, counting its events.
+type fixed struct {
+	rate       Rate
+	cnps, sent int
+}
+
+func (f *fixed) OnCNP(time.Time) bool      { f.cnps++; return true }
+func (f *fixed) OnSent(_ time.Time, n int) { f.sent += n }
+func (f *fixed) Rate() Rate                { return f.rate }
+func (f *fixed) Deadline() time.Time       { return time.Time{} }
+func (f *fixed) OnTimeout(time.Time)       {}
+
+func TestSenderQueryHasNoSideEffects(t *testing.T) {
+	alg := &fixed{rate: 8 * Gbps} // 1 byte per ns
+	s, err := NewSender(alg, 2000)
+	require.NoError(t, err)
+	for range 3 {
+		assert.True(t, s.CanSend(t0, 2000), "a full bucket")
+		assert.Zero(t, s.TimeUntilSend(t0, 2000))
+	}
+	s.OnPacketSent(t0, 2000)
+	assert.Equal(t, 2000, alg.sent, "the commit reaches the algorithm")
+	// Asking again and again, at the same or later times, changes nothing.
+	for _, now := range []time.Time{t0, t0.Add(300 * time.Nanosecond), t0, t0.Add(999 * time.Nanosecond)} {
+		want := 1000*time.Nanosecond - now.Sub(t0)
+		assert.Equal(t, want, s.TimeUntilSend(now, 1000), "at %v", now.Sub(t0))
+		assert.Equal(t, want, s.TimeUntilSend(now, 1000), "asked twice at %v", now.Sub(t0))
+		assert.False(t, s.CanSend(now, 1000))
+	}
+	assert.Equal(t, 2000, alg.sent, "queries are not sends")
+	at := t0.Add(time.Microsecond)
+	assert.True(t, s.CanSend(at, 1000))
+	s.OnPacketSent(at, 1000)
+	assert.Equal(t, time.Microsecond, s.TimeUntilSend(at, 1000), "the commit spent the tokens")
+}
+
+func TestSenderCommitConsumesTokens(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		rate       Rate
+		burst      int
+		sent, next int
+		want       time.Duration
+	}{
+		{"bucket emptied", 8 * Gbps, 1000, 1000, 500, 500 * time.Nanosecond},
+		{"half the bucket left", 8 * Gbps, 1000, 500, 500, 0},
+		{"a packet larger than the bucket waits for a full bucket", 8 * Gbps, 1000, 0, 5000, 0},
+		{"in debt after a large packet", 8 * Gbps, 1000, 3000, 1000, 3000 * time.Nanosecond},
+		{"1 Gb/s", Gbps, 2164, 2164, 1082, 8656 * time.Nanosecond},
+	} {
+		s, err := NewSender(&fixed{rate: tc.rate}, tc.burst)
+		require.NoError(t, err)
+		if tc.sent > 0 {
+			s.OnPacketSent(t0, tc.sent)
+		}
+		assert.Equal(t, tc.want, s.TimeUntilSend(t0, tc.next), tc.name)
+	}
+}
+
+// A CNP lowers the rate the next query sees, from the time of the CNP:
+// tokens earned before it are kept at the old rate.
+func TestSenderCNPLowersRate(t *testing.T) {
+	p, _ := Profile(ProfilePaper, 8*Gbps)
+	rp, err := NewReactionPoint(p)
+	require.NoError(t, err)
+	s, err := NewSender(rp, 1000)
+	require.NoError(t, err)
+	s.OnPacketSent(t0, 1000)
+	before := s.TimeUntilSend(t0, 1000)
+	assert.Equal(t, time.Microsecond, before, "1000 bytes at 8 Gb/s")
+	assert.True(t, s.OnCNP(t0))
+	assert.Less(t, s.Rate(), 8*Gbps)
+	assert.Equal(t, rp.Rate(), s.Rate())
+	after := s.TimeUntilSend(t0, 1000)
+	assert.Greater(t, after, before, "the next query sees the lower rate")
+	assert.Equal(t, time.Duration(math.Ceil(1000*8/float64(s.Rate())*1e9)), after, "1000 bytes at the cut rate")
+	// A CNP half-way: the first half earned at 8 Gb/s stays.
+	s2, _ := NewSender(mustRP(t, p), 1000)
+	s2.OnPacketSent(t0, 1000)
+	s2.OnCNP(t0.Add(500 * time.Nanosecond))
+	want := time.Duration(math.Ceil(500 * 8 / float64(s2.Rate()) * 1e9))
+	assert.Equal(t, want, s2.TimeUntilSend(t0.Add(500*time.Nanosecond), 1000), "500 bytes earned, 500 to earn at the cut rate")
+	// The reaction point's timers run through the sender and raise the rate.
+	d := s.Deadline()
+	require.False(t, d.IsZero())
+	cut := s.Rate()
+	for range 20 {
+		s.OnTimeout(s.Deadline())
+	}
+	assert.Greater(t, s.Rate(), cut, "recovery reaches the pacer")
+	assert.Equal(t, rp.Rate(), s.Rate())
+}
+
+func mustRP(t *testing.T, p Params) *ReactionPoint {
+	rp, err := NewReactionPoint(p)
+	require.NoError(t, err)
+	return rp
+}
+
+func TestNewSenderRefuses(t *testing.T) {
+	_, err := NewSender(nil, 1000)
+	assert.Error(t, err)
+	_, err = NewSender(&fixed{rate: Gbps}, 0)
+	assert.Error(t, err)
+	_, err = NewSender(&fixed{rate: 0}, 1000)
+	assert.Error(t, err)
+}
+
+// The per-packet path of the face: a query and a commit.
+func BenchmarkSenderPerPacket(b *testing.B) {
+	p, _ := Profile(ProfilePaper, 40*Gbps)
+	rp, _ := NewReactionPoint(p)
+	s, _ := NewSender(rp, 2*1082)
+	rp.OnCNP(t0)
+	now := t0
+	b.ReportAllocs()
+	for b.Loop() {
+		if wait := s.TimeUntilSend(now, 1082); wait > 0 {
+			now = now.Add(wait)
+		}
+		s.OnPacketSent(now, 1082)
+	}
+}
