@@ -398,7 +398,7 @@ func TestPerftestPairsMatchRecordings(t *testing.T) {
 	} {
 		prog := "ib_" + c.op + "_" + c.kind
 		t.Run(prog, func(t *testing.T) {
-			want := readHexTranscript(t, filepath.Join("testdata", "perftest-6.06-"+prog+"-exchange.txt"))
+			want := readHexTranscript(t, filepath.Join("..", "..", "oob", "testdata", "perftest-6.06-"+prog+"-exchange.txt"))
 			tcp, udp := freeTCPPort(t), freeUDPPort(t)
 			common := []string{c.kind, "--perftest", "-o", c.op, "-s", "4096", "-n", "5", "--udp-port", udp, "--timeout", "20s"}
 			var sout, serr bytes.Buffer
