@@ -127,5 +127,21 @@ func gid16(a netip.Addr) [16]byte {
 	return a.As16()
 }
 
+// appendHex appends v in lowercase hex, zero-padded to width digits, as
+// printf's "%0*x" does; wider values take more digits.
+func appendHex(b []byte, v uint64, width int) []byte {
+	var d [16]byte
+	i := len(d)
+	for v != 0 || i == len(d) {
+		i--
+		d[i] = "0123456789abcdef"[v&0xF]
+		v >>= 4
+	}
+	for n := len(d) - i; n < width; n++ {
+		b = append(b, '0')
+	}
+	return append(b, d[i:]...)
+}
+
 // gidAddr is the address of a GID: IPv4 for an IPv4-mapped GID.
 func gidAddr(g [16]byte) netip.Addr { return netip.AddrFrom16(g).Unmap() }

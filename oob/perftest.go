@@ -92,17 +92,22 @@ type PerftestKey struct {
 }
 
 // Append appends k as a 108-byte key string to b. It fails when the QPN
-// or PSN does not fit in 24 bits.
+// or PSN does not fit in 24 bits. It does not allocate when b has room.
 func (k PerftestKey) Append(b []byte) ([]byte, error) {
 	if k.QPN > 0xFFFFFF || !k.PSN.Valid() {
 		return b, fmt.Errorf("perftest key: QPN %#x and PSN %#x must fit in 24 bits", k.QPN, uint32(k.PSN))
 	}
 	n := len(b)
-	b = fmt.Appendf(b, "%04x:%04x:%06x:%06x:%08x:%016x:", k.LID, k.OutReads, k.QPN, uint32(k.PSN), k.RKey, k.VA)
-	for _, x := range gid16(k.GID) {
-		b = fmt.Appendf(b, "%02x:", x)
+	for _, f := range [...]struct {
+		v     uint64
+		width int
+	}{{uint64(k.LID), 4}, {uint64(k.OutReads), 4}, {uint64(k.QPN), 6}, {uint64(k.PSN), 6}, {uint64(k.RKey), 8}, {k.VA, 16}} {
+		b = append(appendHex(b, f.v, f.width), ':')
 	}
-	b = fmt.Appendf(b, "%08x:", k.SRQN)
+	for _, x := range gid16(k.GID) {
+		b = append(appendHex(b, uint64(x), 2), ':')
+	}
+	b = append(appendHex(b, uint64(k.SRQN), 8), ':')
 	return append(b, make([]byte, PerftestKeyLen-(len(b)-n))...), nil
 }
 

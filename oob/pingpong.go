@@ -51,14 +51,17 @@ func (d Dest) String() string {
 func GIDString(a netip.Addr) string { return netip.AddrFrom16(gid16(a)).String() }
 
 // AppendPingpong appends d as rc_pingpong's 52-byte message to b. It fails
-// when the QPN or PSN does not fit in 24 bits.
+// when the QPN or PSN does not fit in 24 bits. It does not allocate when b
+// has room.
 func (d Dest) AppendPingpong(b []byte) ([]byte, error) {
 	if d.QPN > 0xFFFFFF || !d.PSN.Valid() {
 		return b, fmt.Errorf("rc_pingpong message: QPN %#x and PSN %#x must fit in 24 bits", d.QPN, uint32(d.PSN))
 	}
 	g := gid16(d.GID)
 	n := len(b)
-	b = fmt.Appendf(b, "%04x:%06x:%06x:", d.LID, d.QPN, uint32(d.PSN))
+	b = append(appendHex(b, uint64(d.LID), 4), ':')
+	b = append(appendHex(b, uint64(d.QPN), 6), ':')
+	b = append(appendHex(b, uint64(d.PSN), 6), ':')
 	b = hex.AppendEncode(b, g[:])
 	return append(b, make([]byte, PingpongMsgLen-(len(b)-n))...), nil
 }

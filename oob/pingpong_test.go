@@ -3,6 +3,7 @@ package oob
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -202,4 +203,20 @@ func FuzzParsePingpong(f *testing.F) {
 			t.Fatalf("round trip of %q: %+v, then %+v, %v", b, d, d2, err)
 		}
 	})
+}
+
+// The encoders do not allocate into a buffer with room, and appendHex
+// pads as printf's %0*x.
+func TestAppendAllocs(t *testing.T) {
+	d := Dest{QPN: 0x11, PSN: 0xd080f3, GID: netip.MustParseAddr("fd00::1")}
+	k := PerftestKey{OutReads: 1, QPN: 0x11, PSN: 0x5df3ee, RKey: 0x2d1, VA: 0x562bb641e000, GID: netip.MustParseAddr("192.0.2.2")}
+	buf := make([]byte, 0, 128)
+	assert.Zero(t, testing.AllocsPerRun(100, func() { d.AppendPingpong(buf[:0]) }))
+	assert.Zero(t, testing.AllocsPerRun(100, func() { k.Append(buf[:0]) }))
+	for _, c := range []struct {
+		v     uint64
+		width int
+	}{{0, 4}, {0, 0}, {0xabc, 2}, {0xabc, 6}, {1<<64 - 1, 16}, {1 << 24, 6}} {
+		assert.Equal(t, fmt.Sprintf("%0*x", c.width, c.v), string(appendHex(nil, c.v, c.width)))
+	}
 }
