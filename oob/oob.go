@@ -25,6 +25,10 @@
 // A peer that sends too little, garbage or nothing gives an error, never a
 // panic or a hang past the context. Sessions are not safe for concurrent
 // use.
+//
+// BUG(roce-emu): perftest's rdma_cm mode (-R), where the connection
+// manager's messages carry what the key strings carry here, is not
+// spoken.
 package oob
 
 import (
