@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -116,37 +115,17 @@ func (n *netFlags) openEndpoint() (*transport.Endpoint, func(), error) {
 	return ep, closeAll, nil
 }
 
-// gidOf returns the RoCEv2 GID of an address: IPv4-mapped for IPv4.
-func gidOf(a netip.Addr) [16]byte { return a.As16() }
-
-// gidHex formats a GID as rc_pingpong's wire GID: 32 hex digits in
-// network byte order.
-func gidHex(a netip.Addr) string {
-	g := gidOf(a)
-	return hex.EncodeToString(g[:])
-}
-
-// parseGIDHex reads 32 hex digits back into an address (IPv4-mapped GIDs
-// become IPv4 addresses).
-func parseGIDHex(s string) (netip.Addr, error) {
-	b, err := hex.DecodeString(s)
-	if err != nil || len(b) != 16 {
-		return netip.Addr{}, fmt.Errorf("GID %q is not 32 hex digits", s)
-	}
-	return netip.AddrFrom16([16]byte(b)).Unmap(), nil
-}
-
 // randomPSN draws a starting PSN as rc_pingpong does (lrand48() & 0xffffff).
 func randomPSN() bth.PSN { return bth.PSN(rand.Uint32() & bth.PSNMask) }
 
-// peer is what two sides exchange out of band before connecting QPs.
-type peer struct {
-	LID  uint16
-	QPN  uint32
-	PSN  bth.PSN
-	GID  netip.Addr
-	RKey uint32
-	VA   uint64
+// gidAddr is where a peer whose GID is gid is reached from local: the
+// GID's address, with local's zone when both are IPv6 link-local (a GID
+// carries no zone).
+func gidAddr(gid, local netip.Addr) netip.Addr {
+	if gid.Is6() && gid.IsLinkLocalUnicast() && local.IsLinkLocalUnicast() && local.Zone() != "" {
+		return gid.WithZone(local.Zone())
+	}
+	return gid
 }
 
 // rcPingpongAttrs are ibv_rc_pingpong's: min_rnr_timer 12, timeout 14,
@@ -154,11 +133,6 @@ type peer struct {
 func rcPingpongAttrs(mtu qp.MTU) transport.ConnectAttr {
 	return transport.ConnectAttr{PathMTU: mtu, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 12, MaxRdAtomic: 1,
 		HopLimit: 1, Access: qp.IBV_ACCESS_LOCAL_WRITE}
-}
-
-// remoteOf is where a peer's packets go.
-func remoteOf(p peer, port uint16) transport.Remote {
-	return transport.Remote{Addr: netip.AddrPortFrom(p.GID, port), QPN: p.QPN, PSN: p.PSN}
 }
 
 // mtuFlag parses -m: 256, 512, 1024, 2048 or 4096.

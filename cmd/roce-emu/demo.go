@@ -146,11 +146,11 @@ func demo(a, b string, port uint16, pcapFile string, loss float64, rules []*tran
 	}
 	for i, p := range peers {
 		o := peers[1-i]
-		local := peer{QPN: p.qp.QPN(), PSN: bth.PSN(0xFFFF00 + 0x40*i), GID: p.ep.LocalAddr().Addr()}
-		remote := peer{QPN: o.qp.QPN(), PSN: bth.PSN(0xFFFF00 + 0x40*(1-i)), GID: o.ep.LocalAddr().Addr()}
+		localPSN := bth.PSN(0xFFFF00 + 0x40*i)
+		remote := transport.Remote{Addr: netip.AddrPortFrom(o.ep.LocalAddr().Addr(), port), QPN: o.qp.QPN(), PSN: bth.PSN(0xFFFF00 + 0x40*(1-i))}
 		attrs := transport.ConnectAttr{PathMTU: mtu, Timeout: 10, MinRNRTimer: 1,
 			Access: qp.IBV_ACCESS_LOCAL_WRITE | qp.IBV_ACCESS_REMOTE_WRITE | qp.IBV_ACCESS_REMOTE_READ | qp.IBV_ACCESS_REMOTE_ATOMIC}
-		if err := p.qp.Connect(remoteOf(remote, port), local.PSN, attrs); err != nil {
+		if err := p.qp.Connect(remote, localPSN, attrs); err != nil {
 			return err
 		}
 	}

@@ -28,8 +28,8 @@ var commands = []command{
 	{"decode", "decode RoCEv2 packets in pcap/pcapng captures, one line (or JSON object) per packet", runDecode},
 	{"server", "the server side of ibv_rc_pingpong: RC SEND ping-pong after rc_pingpong's TCP exchange", runServer},
 	{"client", "the client side of ibv_rc_pingpong (client HOST)", runClient},
-	{"bw", "perftest-style bandwidth between two roce-emu peers (-o send|write|read)", runBW},
-	{"lat", "perftest-style latency between two roce-emu peers (-o send|write|read)", runLat},
+	{"bw", "perftest's bandwidth tests, with another roce-emu or with ib_{send,write,read}_bw (-o send|write|read)", runBW},
+	{"lat", "perftest's latency tests, with another roce-emu or with ib_{send,write,read}_lat (-o send|write|read)", runLat},
 }
 
 func usage(w io.Writer) {

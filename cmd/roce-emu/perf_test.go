@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -11,25 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// The key string perftest 6.06 on rxe sent (../shared/testdata/
-// perftest-6.06-ib_write_bw-client-exchange.txt).
-const perftestKey = "0000:0001:000011:5df3ee:000002d1:0000562bb641e000:00:00:00:00:00:00:00:00:00:00:ff:ff:c0:00:02:02:00000000:"
-
-func TestPerfKeyFormat(t *testing.T) {
-	p := peer{QPN: 0x11, PSN: 0x5df3ee, RKey: 0x2d1, VA: 0x562bb641e000, GID: netip.MustParseAddr("192.0.2.2")}
-	b := formatPerfKey(p, 1)
-	require.Len(t, b, 108)
-	assert.Equal(t, perftestKey+"\x00", string(b))
-	got, reads, err := parsePerfKey([]byte(perftestKey + "\x00"))
-	require.NoError(t, err)
-	assert.Equal(t, 1, reads)
-	assert.Equal(t, p, got)
-	for _, bad := range []string{"", "0000:0001", strings.Replace(perftestKey, "5df3ee", "5dg3ee", 1)} {
-		_, _, err := parsePerfKey([]byte(bad))
-		assert.Error(t, err, "%q", bad)
-	}
-}
 
 func runPerfPair(t *testing.T, kind string, extra ...string) (string, string) {
 	tcp, udp := freeTCPPort(t), freeUDPPort(t)

@@ -1,37 +1,13 @@
 package main
 
-// roce-emu bw/lat --perftest: the whole out-of-band protocol of perftest
-// 6.06 (Debian 12's perftest 4.5+0.17), so that roce-emu runs against
-// ib_{send,write,read}_{bw,lat} as client or server. What perftest does was
-// read in linux-rdma/perftest (src/perftest_communication.c,
-// perftest_resources.c, *_bw.c, *_lat.c) and checked against the real
-// programs on rxe: testdata/perftest-6.06-*-exchange.txt hold every TCP
-// message of one run of each program, recorded between two perftest peers.
-//
-// Every message is a fixed-size exchange: the client writes its message
-// and reads the server's of the same size; the server reads first, then
-// writes (ctx_xchg_data, ctx_hand_shake). In order:
-//
-//	version      16 bytes, "6.06" NUL-padded (exchange_versions)
-//	cycle buffer 4 bytes big-endian, then cache line size 4 bytes, when the
-//	             peer is 5.32 or later (check_sys_data); both sides use the
-//	             larger of the two values
-//	MTU          the ibv_mtu code as a decimal string, 2 bytes ("3\0") from
-//	             5.31 on, 4 before; both use the smaller (check_mtu)
-//	key          108 bytes per QP: LID, out_reads, QPN, PSN, R_Key, VA,
-//	             the GID and the SRQ number (formatPerfKey); then both
-//	             sides move their QP to RTR (and RTS)
-//	barriers     the same key again: after connecting, after printing the
-//	             addresses, and (send_bw, every latency test) once the
-//	             receives are posted, just before traffic
-//	traffic
-//	write_bw, read_bw: a barrier when the client is done, then the results
-//	             (xchg_bw_reports): message size and iterations, 8 bytes
-//	             big-endian each (iterations 4 bytes before 5.33), and three
-//	             big-endian doubles, peak and average bandwidth and Mpps, in
-//	             the client's unit; the server prints the client's
-//	close        a last barrier, then each side writes "done\0" and closes
-//	             (ctx_close_connection); ib_write_lat closes without either.
+// roce-emu bw/lat: perftest 6.06's tests (Debian 12's perftest
+// 4.5+0.17), so that roce-emu runs against ib_{send,write,read}_{bw,lat}
+// as client or server, and against another roce-emu. The out-of-band
+// exchange is oob.Perftest's; this file holds the command's side of it
+// (which steps each test takes, as perftest's *_bw.c and *_lat.c do) and
+// the traffic. What perftest does was read in linux-rdma/perftest
+// (src/perftest_resources.c, *_bw.c, *_lat.c) and checked against the
+// real programs on rxe (oob/testdata/perftest-6.06-*-exchange.txt).
 //
 // The QP attributes are perftest's: RTR with the negotiated MTU, the
 // peer's QPN and PSN, max_dest_rd_atomic = own out_reads, min_rnr_timer 12,
@@ -49,7 +25,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -59,100 +34,20 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/roce-emu/roce-emu/bth"
+	"github.com/roce-emu/roce-emu/oob"
 	"github.com/roce-emu/roce-emu/qp"
 	"github.com/roce-emu/roce-emu/transport"
 )
 
-// Constants of perftest's protocol and of the values roce-emu offers.
+// Values roce-emu offers in perftest's exchange.
 const (
-	perftestVersion   = "6.06" // what Debian 12's perftest 4.5+0.17 sends
-	perftestVerLen    = 16     // sizeof(user_param->version)
-	perftestCycle     = 4096   // perftest's default cycle buffer: the page size
-	perftestCacheLine = 64     // perftest's default cache line size
-	perftestRxDepth   = 512    // perftest's default rx depth
-	perftestPoison    = 0xA5   // fills a READ's landing buffer before the READ
+	perftestRxDepth = 512  // perftest's default rx depth
+	perftestPoison  = 0xA5 // fills a READ's landing buffer before the READ
 )
 
 // perftestProgram names the perftest program a test corresponds to.
 func perftestProgram(kind string, op qp.WROpcode) string {
 	return "ib_" + map[qp.WROpcode]string{qp.IBV_WR_SEND: "send", qp.IBV_WR_RDMA_WRITE: "write", qp.IBV_WR_RDMA_READ: "read"}[op] + "_" + kind
-}
-
-// perftestSession is the TCP side of a perftest run.
-type perftestSession struct {
-	conn   net.Conn
-	client bool
-	remVer float64
-}
-
-// xchg sends mine and returns the peer's message of the same size: the
-// client writes first, the server reads first (ctx_xchg_data).
-func (s *perftestSession) xchg(what string, mine []byte) ([]byte, error) {
-	rem := make([]byte, len(mine))
-	var err error
-	if s.client {
-		if _, err = s.conn.Write(mine); err == nil {
-			_, err = io.ReadFull(s.conn, rem)
-		}
-	} else {
-		if _, err = io.ReadFull(s.conn, rem); err == nil {
-			_, err = s.conn.Write(mine)
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("perftest exchange (%s, %d bytes): %w", what, len(mine), err)
-	}
-	return rem, nil
-}
-
-// barrier is ctx_hand_shake: both sides send their key string again.
-func (s *perftestSession) barrier(what string, key []byte) error {
-	rem, err := s.xchg(what, key)
-	if err != nil {
-		return err
-	}
-	if _, _, err := parsePerftestKey(rem); err != nil {
-		return fmt.Errorf("perftest barrier (%s): %v", what, err)
-	}
-	return nil
-}
-
-// close is ctx_close_connection: a barrier, then "done\0" from each side.
-// The peer's "done" is read when it comes; both close without waiting
-// for more.
-func (s *perftestSession) close(key []byte) error {
-	if err := s.barrier("closing", key); err != nil {
-		return err
-	}
-	if _, err := s.conn.Write([]byte("done\x00")); err != nil {
-		return fmt.Errorf("perftest closing \"done\": %w", err)
-	}
-	s.conn.SetReadDeadline(time.Now().Add(2 * time.Second))
-	var b [5]byte
-	io.ReadFull(s.conn, b[:]) // perftest does not read it either
-	return nil
-}
-
-// parsePerftestVersion reads a version message as atof() does.
-func parsePerftestVersion(b []byte) (float64, string) {
-	s, _, _ := strings.Cut(string(b), "\x00")
-	n := 0
-	for n < len(s) && (s[n] >= '0' && s[n] <= '9' || s[n] == '.') {
-		n++
-	}
-	for ; n > 0; n-- {
-		if v, err := strconv.ParseFloat(s[:n], 64); err == nil {
-			return v, s
-		}
-	}
-	return 0, s
-}
-
-// parsePerftestKey reads a key string up to its NUL.
-func parsePerftestKey(b []byte) (peer, int, error) {
-	s, _, _ := strings.Cut(string(b), "\x00")
-	return parsePerfKey([]byte(s))
 }
 
 // perftestInc is perftest's INC(size, cache_line): the step between two
@@ -177,7 +72,10 @@ func perftestOffset(k, size, cycle, cacheLine int) int {
 
 // perftestGID prints a GID as perftest does ("%02d:" per byte).
 func perftestGID(a netip.Addr) string {
-	g := gidOf(a)
+	var g [16]byte
+	if a.IsValid() {
+		g = a.As16()
+	}
 	parts := make([]string, len(g))
 	for i, x := range g {
 		parts[i] = fmt.Sprintf("%02d", x)
@@ -213,18 +111,19 @@ func perftestDial(ctx context.Context, host string, port int, out io.Writer) (ne
 	return c, nil
 }
 
-// perftestRun is roce-emu bw/lat --perftest.
+// perftestRun is roce-emu bw/lat: perftest's steps for the test kind
+// ("bw" or "lat") of op, as client (host given) or server.
 func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, out io.Writer) error {
 	client := host != ""
 	ep, closeAll, err := f.openEndpoint()
 	if err != nil {
 		return err
 	}
-	var mapped []byte // ib_write_lat's buffer, outside Go's heap
+	var r *perftestTraffic
 	defer func() {
-		closeAll()
-		if mapped != nil {
-			syscall.Munmap(mapped)
+		closeAll() // before the buffer goes: the endpoint writes into it
+		if r != nil {
+			r.free()
 		}
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
@@ -235,155 +134,82 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		return err
 	}
 	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
+	s := oob.NewPerftestServer(conn)
+	if client {
+		s = oob.NewPerftestClient(conn)
 	}
-	s := &perftestSession{conn: conn, client: client}
-	program := perftestProgram(kind, op)
 
 	// Versions, system data and MTU, before the QP exists.
-	ver := make([]byte, perftestVerLen)
-	copy(ver, perftestVersion)
-	rv, err := s.xchg("version", ver)
+	peerVer, err := s.Versions(ctx)
 	if err != nil {
 		return err
 	}
-	remVer, remVerText := parsePerftestVersion(rv)
-	if remVer < 5 {
-		return fmt.Errorf("the peer says it is perftest version %q: roce-emu speaks the protocol of perftest %s (5.x and later)", remVerText, perftestVersion)
+	sys, err := s.SysData(ctx, oob.SysData{CycleBuffer: oob.DefaultCycleBuffer, CacheLine: oob.DefaultCacheLine})
+	if err != nil {
+		return err
 	}
-	s.remVer = remVer
-	cycle, cacheLine := perftestCycle, perftestCacheLine
-	if remVer >= 5.32 {
-		var mine [4]byte
-		binary.BigEndian.PutUint32(mine[:], uint32(cycle))
-		rem, err := s.xchg("cycle buffer", mine[:])
-		if err != nil {
-			return err
-		}
-		cycle = max(cycle, int(int32(binary.BigEndian.Uint32(rem))))
-		binary.BigEndian.PutUint32(mine[:], uint32(cacheLine))
-		if rem, err = s.xchg("cache line size", mine[:]); err != nil {
-			return err
-		}
-		cacheLine = max(cacheLine, int(int32(binary.BigEndian.Uint32(rem))))
-		if cycle > 1<<30 || cacheLine > cycle {
-			return fmt.Errorf("the peer asks for a cycle buffer of %d bytes and a cache line of %d", cycle, cacheLine)
-		}
-	}
-	curMTU := mtu
-	if remVer >= 5.1 {
-		n := 4
-		if remVer >= 5.31 {
-			n = 2
-		}
-		mine := make([]byte, n)
-		copy(mine, strconv.Itoa(int(mtu)))
-		rem, err := s.xchg("MTU", mine)
-		if err != nil {
-			return err
-		}
-		txt, _, _ := strings.Cut(string(rem), "\x00")
-		if v, err := strconv.Atoi(txt); err == nil && v >= int(qp.IBV_MTU_256) && v <= int(qp.IBV_MTU_4096) && qp.MTU(v) < curMTU {
-			curMTU = qp.MTU(v)
-		}
+	curMTU, err := s.MTU(ctx, mtu)
+	if err != nil {
+		return err
 	}
 
-	// Resources: one buffer with the local slots (sources of WRITEs and
-	// SENDs, landing places of READs), the receive slots, and the region
-	// advertised to the peer, max(size, cycle buffer) bytes, as perftest's
-	// second half.
-	size, iters := f.size, f.iters
-	depth := min(f.txDepth, iters)
-	if kind == "lat" {
-		depth = 1
-	}
-	advLen := max(size, cycle)
-	txSlots := min(depth, max(1, (256<<20)/size))
-	rxDepth := 0 // receives: both sides of ib_send_lat, ib_send_bw's server
-	if op == qp.IBV_WR_SEND && (kind == "lat" || !client) {
-		rxDepth = min(perftestRxDepth, iters)
-	}
-	rxSlots := min(rxDepth, max(1, (256<<20)/size))
-	txOff, rxOff := 0, txSlots*size
-	advOff := (rxOff + rxSlots*size + 4095) &^ 4095
-	total := advOff + advLen
-	var buf []byte
-	if kind == "lat" && op == qp.IBV_WR_RDMA_WRITE {
-		// ib_write_lat spins on the last byte of the region the peer
-		// writes, a volatile read of memory its NIC writes at any moment.
-		// So does pollByte, with Endpoint.Sync between reads so that what
-		// the Endpoint wrote before is seen; the Endpoint may be copying
-		// the next packet in while it reads, a race by design, so the
-		// buffer is mapped outside Go's heap, where the race detector does
-		// not look. perftest zeroes this buffer; so does mmap.
-		mapped, err = syscall.Mmap(-1, 0, total, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
-		if err != nil {
-			return fmt.Errorf("cannot map %d bytes: %v", total, err)
-		}
-		buf = mapped
-	} else {
-		// perftest fills its buffer with rand().
-		buf = make([]byte, total)
-		rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
-		for i := 0; i+8 <= len(buf); i += 8 {
-			binary.LittleEndian.PutUint64(buf[i:], rng.Uint64())
-		}
-	}
-	pd := ep.NewPD()
-	access := qp.IBV_ACCESS_LOCAL_WRITE | qp.IBV_ACCESS_REMOTE_WRITE | qp.IBV_ACCESS_REMOTE_READ
-	mr, err := pd.RegMR(buf, access)
-	if err != nil {
+	if r, err = newPerftestTraffic(ctx, ep, kind, op, client, f.size, f.iters, f.txDepth, sys); err != nil {
 		return err
-	}
-	cq := ep.NewCQ(2*max(depth, rxDepth) + 64)
-	q, err := ep.NewQP(pd, cq, cq, qp.InitAttr{MaxSendWR: depth + 8, MaxRecvWR: max(rxDepth, 1)})
-	if err != nil {
-		return err
-	}
-	if err := q.Modify(&qp.Attr{State: qp.IBV_QPS_INIT, AccessFlags: access}, qp.IBV_QP_STATE|qp.IBV_QP_ACCESS_FLAGS); err != nil {
-		return err
-	}
-	r := &perftestTraffic{ep: ep, q: q, cq: cq, mr: mr, buf: buf, op: op, size: size, iters: iters, depth: depth,
-		txOff: txOff, rxOff: rxOff, advOff: advOff, txSlots: txSlots, rxSlots: max(rxSlots, 1),
-		cycle: cycle, cacheLine: cacheLine, ctx: ctx, wc: make([]qp.WC, 64)}
-	// Receives go first: a SEND must not find the queue empty.
-	for ; r.rxPosted < rxDepth; r.rxPosted++ {
-		if err := q.PostRecv(r.recvWR(r.rxPosted)); err != nil {
-			return err
-		}
 	}
 
 	// perftest advertises its device's maximum for READ tests (128 on rxe)
 	// and 1 otherwise; roce-emu's responder keeps 16 READs.
-	outReads := 1
+	outReads := uint16(1)
 	if op == qp.IBV_WR_RDMA_READ {
 		outReads = 16
 	}
-	local := peer{QPN: q.QPN(), PSN: randomPSN(), GID: ep.LocalAddr().Addr(), RKey: mr.RKey, VA: mr.VA + uint64(advOff)}
-	key := formatPerfKey(local, outReads)
-	rk, err := s.xchg("key", key)
+	local := oob.PerftestKey{OutReads: outReads, QPN: r.q.QPN(), PSN: randomPSN(), GID: ep.LocalAddr().Addr(),
+		RKey: r.mr.RKey, VA: r.mr.VA + uint64(r.advOff)}
+	remotes, err := s.Keys(ctx, []oob.PerftestKey{local})
 	if err != nil {
 		return err
 	}
-	remote, remReads, err := parsePerftestKey(rk)
-	if err != nil {
+	r.remote = remotes[0]
+	if err := perftestConnect(r.q, local, r.remote, curMTU, uint16(f.udpPort), r.access); err != nil {
 		return err
 	}
-	if remote.GID.Is4() != local.GID.Unmap().Is4() {
-		return fmt.Errorf("the peer's GID %s and ours %s are not of one IP version (perftest: \"Found Incompatibility issue with GID types\")", remote.GID, local.GID)
-	}
-	r.remote = remote
-	if err := perftestConnect(q, remote, local.PSN, curMTU, uint16(f.udpPort), outReads, remReads, access); err != nil {
+	if err := s.Barrier(ctx, "after connecting"); err != nil {
 		return err
 	}
-	if err := s.barrier("after connecting", key); err != nil {
+	if err := s.Barrier(ctx, "addresses printed"); err != nil {
 		return err
 	}
-	if err := s.barrier("addresses printed", key); err != nil {
-		return err
-	}
+	printPerftestHeader(out, kind, op, client, peerVer, curMTU, sys, r, local)
 
+	// send_bw and every latency test: one more barrier once the receives
+	// are posted, then traffic.
+	if op == qp.IBV_WR_SEND || kind == "lat" {
+		if err := s.Barrier(ctx, "before traffic"); err != nil {
+			return err
+		}
+	}
+	if err := r.test(ctx, s, kind, client, f.gbits, out); err != nil {
+		return err
+	}
+	if r.checked > 0 {
+		fmt.Fprintf(out, " data check: %d READs of %d bytes from %d offsets of the peer's buffer agree byte for byte (each landing buffer poisoned first)\n",
+			r.checked, r.size, len(r.ref))
+	}
+	// ib_write_lat closes the socket without a last barrier or "done".
+	if !(kind == "lat" && op == qp.IBV_WR_RDMA_WRITE) {
+		if err := s.Done(ctx); err != nil {
+			return err
+		}
+	}
+	c := r.q.Counters()
+	fmt.Fprintf(out, " counters: %s\n", describeCounters(c))
+	fmt.Fprintf(out, " requests served: %d RDMA WRITE, %d RDMA READ, %d SEND\n", c.RxWriteRequests, c.RxReadRequests, c.RxSendRequests)
+	return nil
+}
+
+// printPerftestHeader prints the test's parameters and both sides'
+// addresses, as perftest does before traffic.
+func printPerftestHeader(out io.Writer, kind string, op qp.WROpcode, client bool, peerVer string, mtu qp.MTU, sys oob.SysData, r *perftestTraffic, local oob.PerftestKey) {
 	title := map[qp.WROpcode]string{qp.IBV_WR_SEND: "Send", qp.IBV_WR_RDMA_WRITE: "RDMA_Write", qp.IBV_WR_RDMA_READ: "RDMA_Read"}[op]
 	test := "BW"
 	if kind == "lat" {
@@ -394,177 +220,193 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		role = "client"
 	}
 	fmt.Fprintln(out, perfRule)
-	fmt.Fprintf(out, "                    %s %s Test (roce-emu, perftest %s protocol, %s of %s)\n", title, test, perftestVersion, role, program)
-	fmt.Fprintf(out, " Connection type : RC\t\tPeer version   : %s\n", remVerText)
-	fmt.Fprintf(out, " Mtu             : %d[B]\t\tCycle buffer   : %d[B] (cache line %d)\n", curMTU.Bytes(), cycle, cacheLine)
+	fmt.Fprintf(out, "                    %s %s Test (roce-emu, perftest %s protocol, %s of %s)\n", title, test, oob.PerftestVersion, role, perftestProgram(kind, op))
+	fmt.Fprintf(out, " Connection type : RC\t\tPeer version   : %s\n", peerVer)
+	fmt.Fprintf(out, " Mtu             : %d[B]\t\tCycle buffer   : %d[B] (cache line %d)\n", mtu.Bytes(), sys.CycleBuffer, sys.CacheLine)
 	if kind == "bw" {
-		fmt.Fprintf(out, " TX depth        : %d\t\tRX depth       : %d\n", depth, rxDepth)
+		fmt.Fprintf(out, " TX depth        : %d\t\tRX depth       : %d\n", r.depth, r.rxDepth)
 	}
 	fmt.Fprintln(out, perfRule)
 	for _, a := range []struct {
-		side  string
-		p     peer
-		reads int
-	}{{"local", local, outReads}, {"remote", remote, remReads}} {
+		side string
+		k    oob.PerftestKey
+	}{{"local", local}, {"remote", r.remote}} {
 		// perftest's formats, "%#06x" and so on, count the 0x in the width.
-		fmt.Fprintf(out, " %s address: LID %04x QPN 0x%04x PSN 0x%04x", a.side, a.p.LID, a.p.QPN, uint32(a.p.PSN))
+		fmt.Fprintf(out, " %s address: LID %04x QPN 0x%04x PSN 0x%04x", a.side, a.k.LID, a.k.QPN, uint32(a.k.PSN))
 		if op == qp.IBV_WR_RDMA_READ {
-			fmt.Fprintf(out, " OUT 0x%02x", a.reads)
+			fmt.Fprintf(out, " OUT 0x%02x", a.k.OutReads)
 		}
 		if op != qp.IBV_WR_SEND {
-			fmt.Fprintf(out, " RKey 0x%06x VAddr 0x%014x", a.p.RKey, a.p.VA)
+			fmt.Fprintf(out, " RKey 0x%06x VAddr 0x%014x", a.k.RKey, a.k.VA)
 		}
-		fmt.Fprintf(out, "\n GID: %s\n", perftestGID(a.p.GID))
+		fmt.Fprintf(out, "\n GID: %s\n", perftestGID(a.k.GID))
 	}
 	fmt.Fprintln(out, perfRule)
-
-	// send_bw and every latency test: one more barrier once the receives
-	// are posted, then traffic.
-	if op == qp.IBV_WR_SEND || kind == "lat" {
-		if err := s.barrier("before traffic", key); err != nil {
-			return err
-		}
-	}
-	fail := func(err error) error {
-		return fmt.Errorf("%v (QP %s; %s)", err, q.State(), describeCounters(q.Counters()))
-	}
-	switch {
-	case kind == "bw" && op != qp.IBV_WR_SEND:
-		var res bwResult
-		if client {
-			if res, err = r.bwClient(f.gbits); err != nil {
-				return fail(err)
-			}
-			printBW(out, size, iters, f.gbits, res)
-		} else {
-			fmt.Fprintf(out, " (the server of %s only serves its memory; the client reports)\n", program)
-		}
-		// The client says it is done; then the results go across.
-		if err := s.barrier("traffic done", key); err != nil {
-			return err
-		}
-		rem, err := s.xchgResults(size, iters, res)
-		if err != nil {
-			return err
-		}
-		if !client {
-			fmt.Fprintln(out, " the client's results:")
-			printBW(out, int(rem.size), int(rem.iters), f.gbits, rem.bwResult)
-		}
-	case kind == "bw":
-		var res bwResult
-		if client {
-			res, err = r.bwClient(f.gbits)
-		} else {
-			res, err = r.sendBWServer(f.gbits)
-		}
-		if err != nil {
-			return fail(err)
-		}
-		printBW(out, size, iters, f.gbits, res)
-	case op == qp.IBV_WR_RDMA_READ:
-		if client {
-			samples, err := r.readLat()
-			if err != nil {
-				return fail(err)
-			}
-			printLat(out, size, iters, samples)
-		} else {
-			fmt.Fprintf(out, " (the server of %s only serves its memory; the client reports)\n", program)
-		}
-	case op == qp.IBV_WR_SEND:
-		samples, err := r.sendLat(client)
-		if err != nil {
-			return fail(err)
-		}
-		printLat(out, size, iters, samples)
-	default:
-		samples, err := r.writeLat(!client)
-		if err != nil {
-			return fail(err)
-		}
-		printLat(out, size, iters, samples)
-	}
-	if r.checked > 0 {
-		fmt.Fprintf(out, " data check: %d READs of %d bytes from %d offsets of the peer's buffer agree byte for byte (each landing buffer poisoned first)\n",
-			r.checked, size, len(r.ref))
-	}
-	// ib_write_lat closes the socket without a last barrier or "done".
-	if !(kind == "lat" && op == qp.IBV_WR_RDMA_WRITE) {
-		if err := s.close(key); err != nil {
-			return err
-		}
-	}
-	c := q.Counters()
-	fmt.Fprintf(out, " counters: %s\n", describeCounters(c))
-	fmt.Fprintf(out, " requests served: %d RDMA WRITE, %d RDMA READ, %d SEND\n", c.RxWriteRequests, c.RxReadRequests, c.RxSendRequests)
-	return nil
 }
 
 // perftestConnect moves q to RTR and RTS as perftest's ctx_connect does.
-func perftestConnect(q *transport.QP, rem peer, psn bth.PSN, mtu qp.MTU, udpPort uint16, outReads, remReads int, access qp.Access) error {
-	av := qp.AddressVector{Remote: netip.AddrPortFrom(rem.GID, udpPort), HopLimit: 0xFF}
+func perftestConnect(q *transport.QP, local, rem oob.PerftestKey, mtu qp.MTU, udpPort uint16, access qp.Access) error {
+	av := qp.AddressVector{Remote: netip.AddrPortFrom(gidAddr(rem.GID, local.GID), udpPort), HopLimit: 0xFF}
 	if err := q.Modify(&qp.Attr{State: qp.IBV_QPS_RTR, PathMTU: mtu, DestQPN: rem.QPN, RQPSN: rem.PSN,
-		MaxDestRdAtomic: uint8(outReads), MinRNRTimer: 12, AV: av, AccessFlags: access},
+		MaxDestRdAtomic: uint8(min(local.OutReads, 255)), MinRNRTimer: 12, AV: av, AccessFlags: access},
 		qp.IBV_QP_STATE|qp.IBV_QP_AV|qp.IBV_QP_PATH_MTU|qp.IBV_QP_DEST_QPN|qp.IBV_QP_RQ_PSN|
 			qp.IBV_QP_MAX_DEST_RD_ATOMIC|qp.IBV_QP_MIN_RNR_TIMER|qp.IBV_QP_ACCESS_FLAGS); err != nil {
 		return fmt.Errorf("cannot move the QP to RTR towards %s QPN %#x: %w", rem.GID, rem.QPN, err)
 	}
-	if err := q.Modify(&qp.Attr{State: qp.IBV_QPS_RTS, SQPSN: psn, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
-		MaxRdAtomic: uint8(min(max(remReads, 1), qp.MaxRdAtomicLimit))},
+	if err := q.Modify(&qp.Attr{State: qp.IBV_QPS_RTS, SQPSN: local.PSN, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
+		MaxRdAtomic: uint8(min(max(int(rem.OutReads), 1), qp.MaxRdAtomicLimit))},
 		qp.IBV_QP_STATE|qp.IBV_QP_SQ_PSN|qp.IBV_QP_TIMEOUT|qp.IBV_QP_RETRY_CNT|qp.IBV_QP_RNR_RETRY|qp.IBV_QP_MAX_QP_RD_ATOMIC); err != nil {
 		return fmt.Errorf("cannot move the QP to RTS: %w", err)
 	}
 	return nil
 }
 
-// perftestReport is one side's bandwidth report (bw_report_data).
-type perftestReport struct {
-	size, iters uint64
-	bwResult
+// test runs the traffic of the test and, for write_bw and read_bw, the
+// results exchange, printing what perftest prints.
+func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string, client, gbits bool, out io.Writer) error {
+	fail := func(err error) error {
+		return fmt.Errorf("%v (QP %s; %s)", err, r.q.State(), describeCounters(r.q.Counters()))
+	}
+	program := perftestProgram(kind, r.op)
+	switch {
+	case kind == "bw" && r.op != qp.IBV_WR_SEND:
+		var res bwResult
+		if client {
+			var err error
+			if res, err = r.bwClient(gbits); err != nil {
+				return fail(err)
+			}
+			printBW(out, r.size, r.iters, gbits, res)
+		} else {
+			fmt.Fprintf(out, " (the server of %s only serves its memory; the client reports)\n", program)
+		}
+		// The client says it is done; then the results go across.
+		if err := s.Barrier(ctx, "traffic done"); err != nil {
+			return err
+		}
+		rem, err := s.BWReports(ctx, oob.BWReport{Size: uint64(r.size), Iters: uint64(r.iters), PeakBW: res.peak, AvgBW: res.avg, MsgRate: res.mpps})
+		if err != nil {
+			return err
+		}
+		if !client {
+			fmt.Fprintln(out, " the client's results:")
+			printBW(out, int(rem.Size), int(rem.Iters), gbits, bwResult{peak: rem.PeakBW, avg: rem.AvgBW, mpps: rem.MsgRate})
+		}
+	case kind == "bw":
+		var res bwResult
+		var err error
+		if client {
+			res, err = r.bwClient(gbits)
+		} else {
+			res, err = r.sendBWServer(gbits)
+		}
+		if err != nil {
+			return fail(err)
+		}
+		printBW(out, r.size, r.iters, gbits, res)
+	case r.op == qp.IBV_WR_RDMA_READ:
+		if !client {
+			fmt.Fprintf(out, " (the server of %s only serves its memory; the client reports)\n", program)
+			return nil
+		}
+		samples, err := r.readLat()
+		if err != nil {
+			return fail(err)
+		}
+		printLat(out, r.size, r.iters, samples)
+	case r.op == qp.IBV_WR_SEND:
+		samples, err := r.sendLat(client)
+		if err != nil {
+			return fail(err)
+		}
+		printLat(out, r.size, r.iters, samples)
+	default:
+		samples, err := r.writeLat(!client)
+		if err != nil {
+			return fail(err)
+		}
+		printLat(out, r.size, r.iters, samples)
+	}
+	return nil
 }
 
-// xchgResults is xchg_bw_reports: size, iterations, peak, average, Mpps.
-func (s *perftestSession) xchgResults(size, iters int, res bwResult) (perftestReport, error) {
-	var rep perftestReport
-	u64 := func(what string, v uint64, n int) (uint64, error) {
-		b := make([]byte, 8)
-		binary.BigEndian.PutUint64(b, v)
-		if n == 4 {
-			binary.BigEndian.PutUint32(b, uint32(v))
-		}
-		rem, err := s.xchg(what, b[:n])
-		if err != nil {
-			return 0, err
-		}
-		if n == 4 {
-			return uint64(binary.BigEndian.Uint32(rem)), nil
-		}
-		return binary.BigEndian.Uint64(rem), nil
+// newPerftestTraffic makes the resources of a test as perftest does: one
+// buffer with the local slots (sources of WRITEs and SENDs, landing places
+// of READs), the receive slots, and the region advertised to the peer,
+// max(size, cycle buffer) bytes, as perftest's second half; its MR, a CQ,
+// and a QP in INIT with its receives posted.
+func newPerftestTraffic(ctx context.Context, ep *transport.Endpoint, kind string, op qp.WROpcode, client bool, size, iters, txDepth int, sys oob.SysData) (*perftestTraffic, error) {
+	depth := min(txDepth, iters)
+	if kind == "lat" {
+		depth = 1
 	}
+	advLen := max(size, sys.CycleBuffer)
+	txSlots := min(depth, max(1, (256<<20)/size))
+	rxDepth := 0 // receives: both sides of ib_send_lat, ib_send_bw's server
+	if op == qp.IBV_WR_SEND && (kind == "lat" || !client) {
+		rxDepth = min(perftestRxDepth, iters)
+	}
+	rxSlots := min(rxDepth, max(1, (256<<20)/size))
+	txOff, rxOff := 0, txSlots*size
+	advOff := (rxOff + rxSlots*size + 4095) &^ 4095
+	total := advOff + advLen
+	r := &perftestTraffic{ep: ep, op: op, size: size, iters: iters, depth: depth, rxDepth: rxDepth,
+		txOff: txOff, rxOff: rxOff, advOff: advOff, txSlots: txSlots, rxSlots: max(rxSlots, 1),
+		cycle: sys.CycleBuffer, cacheLine: sys.CacheLine, ctx: ctx, wc: make([]qp.WC, 64),
+		access: qp.IBV_ACCESS_LOCAL_WRITE | qp.IBV_ACCESS_REMOTE_WRITE | qp.IBV_ACCESS_REMOTE_READ}
+	if kind == "lat" && op == qp.IBV_WR_RDMA_WRITE {
+		// ib_write_lat spins on the last byte of the region the peer
+		// writes, a volatile read of memory its NIC writes at any moment.
+		// So does pollByte, with Endpoint.Sync between reads so that what
+		// the Endpoint wrote before is seen; the Endpoint may be copying
+		// the next packet in while it reads, a race by design, so the
+		// buffer is mapped outside Go's heap, where the race detector does
+		// not look. perftest zeroes this buffer; so does mmap.
+		m, err := syscall.Mmap(-1, 0, total, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+		if err != nil {
+			return nil, fmt.Errorf("cannot map %d bytes: %v", total, err)
+		}
+		r.buf, r.mapped = m, true
+	} else {
+		// perftest fills its buffer with rand().
+		r.buf = make([]byte, total)
+		rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+		for i := 0; i+8 <= len(r.buf); i += 8 {
+			binary.LittleEndian.PutUint64(r.buf[i:], rng.Uint64())
+		}
+	}
+	pd := ep.NewPD()
 	var err error
-	if rep.size, err = u64("results: size", uint64(size), 8); err != nil {
-		return rep, err
+	if r.mr, err = pd.RegMR(r.buf, r.access); err != nil {
+		r.free()
+		return nil, err
 	}
-	n := 8
-	if s.remVer < 5.33 {
-		n = 4
+	r.cq = ep.NewCQ(2*max(depth, rxDepth) + 64)
+	if r.q, err = ep.NewQP(pd, r.cq, r.cq, qp.InitAttr{MaxSendWR: depth + 8, MaxRecvWR: max(rxDepth, 1)}); err != nil {
+		r.free()
+		return nil, err
 	}
-	if rep.iters, err = u64("results: iterations", uint64(iters), n); err != nil {
-		return rep, err
+	if err := r.q.Modify(&qp.Attr{State: qp.IBV_QPS_INIT, AccessFlags: r.access}, qp.IBV_QP_STATE|qp.IBV_QP_ACCESS_FLAGS); err != nil {
+		r.free()
+		return nil, err
 	}
-	for _, v := range []struct {
-		what string
-		mine float64
-		rem  *float64
-	}{{"results: peak", res.peak, &rep.peak}, {"results: average", res.avg, &rep.avg}, {"results: Mpps", res.mpps, &rep.mpps}} {
-		b, err := u64(v.what, math.Float64bits(v.mine), 8)
-		if err != nil {
-			return rep, err
+	// Receives go first: a SEND must not find the queue empty.
+	for ; r.rxPosted < rxDepth; r.rxPosted++ {
+		if err := r.q.PostRecv(r.recvWR(r.rxPosted)); err != nil {
+			r.free()
+			return nil, err
 		}
-		*v.rem = math.Float64frombits(b)
 	}
-	return rep, nil
+	return r, nil
+}
+
+// free unmaps ib_write_lat's buffer. The endpoint must be closed first:
+// it may write into the buffer until then.
+func (r *perftestTraffic) free() {
+	if r.mapped {
+		syscall.Munmap(r.buf)
+		r.buf, r.mapped = nil, false
+	}
 }
 
 // perftestTraffic is the traffic of one perftest-compatible test.
@@ -579,7 +421,10 @@ type perftestTraffic struct {
 	txOff, rxOff, advOff int
 	txSlots, rxSlots     int
 	cycle, cacheLine     int
-	remote               peer
+	remote               oob.PerftestKey
+	rxDepth              int
+	access               qp.Access
+	mapped               bool // buf is mapped outside Go's heap
 	ctx                  context.Context
 	wc                   []qp.WC
 	rxPosted             int

@@ -1,17 +1,15 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"math"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,128 +17,13 @@ import (
 	"time"
 
 	"github.com/roce-emu/roce-emu/internal/testenv"
+	"github.com/roce-emu/roce-emu/internal/transcript"
+	"github.com/roce-emu/roce-emu/oob"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// ptMsg is one recorded TCP message of a perftest run.
-type ptMsg struct {
-	fromClient bool
-	data       []byte
-}
-
-// readPyTranscript reads ../shared/testdata/perftest-6.06-ib_write_bw-
-// client-exchange.txt: "C->S LEN b'...'" per line, Python byte literals.
-func readPyTranscript(t *testing.T, name string) []ptMsg {
-	t.Helper()
-	b, err := os.ReadFile(name)
-	require.NoError(t, err)
-	var msgs []ptMsg
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		f := strings.SplitN(line, " ", 3)
-		require.Len(t, f, 3, "line %q", line)
-		n, err := strconv.Atoi(f[1])
-		require.NoError(t, err)
-		data, err := parsePyBytes(f[2])
-		require.NoError(t, err, "line %q", line)
-		require.Len(t, data, n, "line %q", line)
-		msgs = append(msgs, ptMsg{fromClient: f[0] == "C->S", data: data})
-	}
-	return msgs
-}
-
-// parsePyBytes decodes a Python bytes literal such as b'3\x00'.
-func parsePyBytes(s string) ([]byte, error) {
-	if len(s) < 3 || s[0] != 'b' || (s[1] != '\'' && s[1] != '"') || s[len(s)-1] != s[1] {
-		return nil, fmt.Errorf("not a bytes literal: %q", s)
-	}
-	s = s[2 : len(s)-1]
-	var out []byte
-	for i := 0; i < len(s); i++ {
-		if s[i] != '\\' {
-			out = append(out, s[i])
-			continue
-		}
-		i++
-		if i == len(s) {
-			return nil, fmt.Errorf("dangling backslash")
-		}
-		switch c := s[i]; c {
-		case 'x':
-			if i+3 > len(s) {
-				return nil, fmt.Errorf("short \\x escape")
-			}
-			v, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, byte(v))
-			i += 2
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
-		case 't':
-			out = append(out, '\t')
-		case '0':
-			out = append(out, 0)
-		case '\\', '\'', '"':
-			out = append(out, c)
-		default:
-			return nil, fmt.Errorf("unknown escape \\%c", c)
-		}
-	}
-	return out, nil
-}
-
-// readHexTranscript reads testdata/perftest-6.06-*-exchange.txt: "C->S LEN
-// HEX" per message, "C->S EOF" when a side closed, '#' comments.
-func readHexTranscript(t *testing.T, name string) []ptMsg {
-	t.Helper()
-	f, err := os.Open(name)
-	require.NoError(t, err)
-	defer f.Close()
-	var msgs []ptMsg
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		fs := strings.Fields(line)
-		if fs[1] == "EOF" {
-			continue
-		}
-		require.Len(t, fs, 3, "line %q", line)
-		data, err := hex.DecodeString(fs[2])
-		require.NoError(t, err)
-		n, _ := strconv.Atoi(fs[1])
-		require.Len(t, data, n)
-		msgs = append(msgs, ptMsg{fromClient: fs[0] == "C->S", data: data})
-	}
-	require.NoError(t, sc.Err())
-	return msgs
-}
-
-func sizesOf(msgs []ptMsg, fromClient bool) []int {
-	var n []int
-	for _, m := range msgs {
-		if m.fromClient == fromClient {
-			n = append(n, len(m.data))
-		}
-	}
-	return n
-}
-
 func TestPerftestHelpers(t *testing.T) {
-	v, s := parsePerftestVersion([]byte("6.06\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"))
-	assert.Equal(t, 6.06, v)
-	assert.Equal(t, "6.06", s)
-	v, _ = parsePerftestVersion([]byte("5.33b\x00junk"))
-	assert.Equal(t, 5.33, v)
-	v, _ = parsePerftestVersion([]byte("\x00"))
-	assert.Zero(t, v)
-
 	// INC rounds up to the cache line; the offsets walk one cycle buffer.
 	assert.Equal(t, 64, perftestInc(2, 64))
 	assert.Equal(t, 128, perftestInc(100, 64))
@@ -156,11 +39,6 @@ func TestPerftestHelpers(t *testing.T) {
 
 	assert.Equal(t, "00:00:00:00:00:00:00:00:00:00:255:255:192:00:02:02", perftestGID(netip.MustParseAddr("192.0.2.2")))
 
-	// Key strings as perftest sends them: NUL-terminated, parsed up to it.
-	p, reads, err := parsePerftestKey([]byte(perftestKey + "\x00garbage"))
-	require.NoError(t, err)
-	assert.Equal(t, 1, reads)
-	assert.Equal(t, uint32(0x11), p.QPN)
 }
 
 // startPerftestServer runs roce-emu KIND --perftest as server and returns
@@ -198,32 +76,33 @@ func startPerftestServer(t *testing.T, args ...string) (net.Conn, func() (int, s
 // one of the same size, perftest's own values where they are fixed, and
 // prints the client's results.
 func TestPerftestServerAgainstRecordedClient(t *testing.T) {
-	msgs := readPyTranscript(t, filepath.Join(filepath.Dir(testenv.SharedPcaps(t)), "perftest-6.06-ib_write_bw-client-exchange.txt"))
+	msgs, err := transcript.ReadPy(filepath.Join(filepath.Dir(testenv.SharedPcaps(t)), "perftest-6.06-ib_write_bw-client-exchange.txt"))
+	require.NoError(t, err)
 	require.Len(t, msgs, 15)
 	c, wait := startPerftestServer(t, "bw", "-o", "write", "-s", "4096", "-n", "5", "--report_gbits")
 	defer c.Close()
 	var replies [][]byte
 	for i, m := range msgs {
-		require.True(t, m.fromClient)
-		_, err := c.Write(m.data)
+		require.True(t, m.FromClient)
+		_, err := c.Write(m.Data)
 		require.NoError(t, err, "message %d", i)
-		r := make([]byte, len(m.data))
+		r := make([]byte, len(m.Data))
 		_, err = io.ReadFull(c, r)
-		require.NoError(t, err, "reply to message %d (%d bytes)", i, len(m.data))
+		require.NoError(t, err, "reply to message %d (%d bytes)", i, len(m.Data))
 		replies = append(replies, r)
 	}
-	_, err := c.Read(make([]byte, 1))
+	_, err = c.Read(make([]byte, 1))
 	assert.ErrorIs(t, err, io.EOF, "nothing after \"done\"")
 	code, out := wait()
 	require.Equal(t, 0, code, out)
 
-	assert.Equal(t, msgs[0].data, replies[0], "version 6.06")
+	assert.Equal(t, msgs[0].Data, replies[0], "version 6.06")
 	assert.Equal(t, []byte{0, 0, 0x10, 0}, replies[1], "cycle buffer 4096")
 	assert.Equal(t, []byte{0, 0, 0, 64}, replies[2], "cache line 64")
 	assert.Equal(t, []byte("3\x00"), replies[3], "MTU 1024")
-	key, reads, err := parsePerftestKey(replies[4])
+	key, err := oob.ParsePerftestKey(replies[4])
 	require.NoError(t, err)
-	assert.Equal(t, 1, reads)
+	assert.Equal(t, uint16(1), key.OutReads)
 	assert.Equal(t, netip.MustParseAddr("127.0.0.2"), key.GID)
 	for _, i := range []int{5, 6, 7, 13} {
 		assert.Equal(t, replies[4], replies[i], "barrier %d repeats the key", i)
@@ -234,7 +113,7 @@ func TestPerftestServerAgainstRecordedClient(t *testing.T) {
 
 	// The server prints what the client measured.
 	dbl := func(b []byte) float64 { return math.Float64frombits(binary.BigEndian.Uint64(b)) }
-	want := fmt.Sprintf(" %-10d %-10d       %-18.2f %-20.2f %.6f\n", 4096, 5, dbl(msgs[10].data), dbl(msgs[11].data), dbl(msgs[12].data))
+	want := fmt.Sprintf(" %-10d %-10d       %-18.2f %-20.2f %.6f\n", 4096, 5, dbl(msgs[10].Data), dbl(msgs[11].Data), dbl(msgs[12].Data))
 	assert.Contains(t, out, "the client's results:\n #bytes     #iterations    BW peak[Gb/sec]")
 	assert.Contains(t, out, want)
 	assert.Contains(t, out, "QPN 0x0011 PSN 0x5df3ee RKey 0x0002d1 VAddr 0x00562bb641e000", "the recorded client's address")
@@ -242,11 +121,11 @@ func TestPerftestServerAgainstRecordedClient(t *testing.T) {
 
 // echoServer answers each message with itself, as the host peer that
 // recorded the shared transcript did; it returns the messages it saw.
-func echoServer(t *testing.T) (string, func() []ptMsg) {
+func echoServer(t *testing.T) (string, func() []transcript.Msg) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	var msgs []ptMsg
+	var msgs []transcript.Msg
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -261,7 +140,7 @@ func echoServer(t *testing.T) (string, func() []ptMsg) {
 		for {
 			n, err := c.Read(b)
 			if n > 0 {
-				msgs = append(msgs, ptMsg{fromClient: true, data: bytes.Clone(b[:n])})
+				msgs = append(msgs, transcript.Msg{FromClient: true, Data: bytes.Clone(b[:n])})
 				c.Write(b[:n])
 			}
 			if err != nil {
@@ -269,14 +148,15 @@ func echoServer(t *testing.T) (string, func() []ptMsg) {
 			}
 		}
 	}()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port), func() []ptMsg { <-done; return msgs }
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port), func() []transcript.Msg { <-done; return msgs }
 }
 
 // roce-emu as client against a peer that echoes: it sends what the real
 // ib_write_bw client sent, message for message, and its QP, connected to
 // itself, runs the test.
 func TestPerftestClientAgainstEcho(t *testing.T) {
-	rec := readPyTranscript(t, filepath.Join(filepath.Dir(testenv.SharedPcaps(t)), "perftest-6.06-ib_write_bw-client-exchange.txt"))
+	rec, err := transcript.ReadPy(filepath.Join(filepath.Dir(testenv.SharedPcaps(t)), "perftest-6.06-ib_write_bw-client-exchange.txt"))
+	require.NoError(t, err)
 	for _, op := range []string{"write", "read"} {
 		t.Run(op, func(t *testing.T) {
 			port, msgs := echoServer(t)
@@ -285,16 +165,16 @@ func TestPerftestClientAgainstEcho(t *testing.T) {
 				"--udp-port", freeUDPPort(t), "-p", port, "--timeout", "20s", "127.0.0.1"}, &out, &errb)
 			require.Equal(t, 0, code, "%s%s", out.String(), errb.String())
 			got := msgs()
-			require.Equal(t, sizesOf(rec, true), sizesOf(got, true), "message sizes, in order")
+			require.Equal(t, transcript.Sizes(rec, true), transcript.Sizes(got, true), "message sizes, in order")
 			for _, i := range []int{0, 1, 2, 3, 8, 9, 14} { // version, cycle, cache line, MTU, size, iterations, done
-				assert.Equal(t, rec[i].data, got[i].data, "message %d", i)
+				assert.Equal(t, rec[i].Data, got[i].Data, "message %d", i)
 			}
-			key, reads, err := parsePerftestKey(got[4].data)
+			key, err := oob.ParsePerftestKey(got[4].Data)
 			require.NoError(t, err)
-			assert.Equal(t, map[string]int{"write": 1, "read": 16}[op], reads, "out_reads")
+			assert.Equal(t, map[string]uint16{"write": 1, "read": 16}[op], key.OutReads, "out_reads")
 			assert.Equal(t, netip.MustParseAddr("127.0.0.1"), key.GID)
 			for _, i := range []int{5, 6, 7, 13} {
-				assert.Equal(t, got[4].data, got[i].data, "barrier %d", i)
+				assert.Equal(t, got[4].Data, got[i].Data, "barrier %d", i)
 			}
 			assert.Regexp(t, `\n 4096 +5 +[0-9.]+ +[0-9.]+ +[0-9.]+\n`, out.String())
 			if op == "read" {
@@ -312,12 +192,12 @@ type relay struct {
 	t    *testing.T
 	port string
 	mu   sync.Mutex
-	got  []ptMsg
+	got  []transcript.Msg
 	errs []string
 	done sync.WaitGroup
 }
 
-func newRelay(t *testing.T, to string, want []ptMsg) *relay {
+func newRelay(t *testing.T, to string, want []transcript.Msg) *relay {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	r := &relay{t: t, port: strconv.Itoa(l.Addr().(*net.TCPAddr).Port)}
@@ -347,8 +227,8 @@ func newRelay(t *testing.T, to string, want []ptMsg) *relay {
 		sv.SetDeadline(deadline)
 		var wg sync.WaitGroup
 		wg.Add(2)
-		go r.pipe(&wg, cl, sv, true, sizesOf(want, true))
-		go r.pipe(&wg, sv, cl, false, sizesOf(want, false))
+		go r.pipe(&wg, cl, sv, true, transcript.Sizes(want, true))
+		go r.pipe(&wg, sv, cl, false, transcript.Sizes(want, false))
 		wg.Wait()
 	}()
 	return r
@@ -370,7 +250,7 @@ func (r *relay) pipe(wg *sync.WaitGroup, from, to net.Conn, fromClient bool, siz
 			return
 		}
 		r.mu.Lock()
-		r.got = append(r.got, ptMsg{fromClient: fromClient, data: b})
+		r.got = append(r.got, transcript.Msg{FromClient: fromClient, Data: b})
 		r.mu.Unlock()
 		if _, err := to.Write(b); err != nil {
 			r.fail("relaying the %s's message %d: %v", dir, i, err)
@@ -388,19 +268,26 @@ func isReset(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "connection reset")
 }
 
-// Our client and server in --perftest mode exchange over TCP exactly the
-// messages, in size and order per direction, that real perftest 6.06
-// programs exchanged on rxe, with the same fixed contents; and the tests
-// run.
+// Our client and server, with --perftest or without (one dialect: the
+// flag is kept for compatibility), exchange over TCP exactly the messages,
+// in size and order per direction, that real perftest 6.06 programs
+// exchanged on rxe, with the same fixed contents; and the tests run.
 func TestPerftestPairsMatchRecordings(t *testing.T) {
-	for _, c := range []struct{ kind, op string }{
-		{"bw", "write"}, {"bw", "read"}, {"bw", "send"}, {"lat", "send"}, {"lat", "write"}, {"lat", "read"},
+	for _, c := range []struct{ kind, op, flag string }{
+		{"bw", "write", "--perftest"}, {"bw", "read", "--perftest"}, {"bw", "send", "--perftest"},
+		{"lat", "send", "--perftest"}, {"lat", "write", "--perftest"}, {"lat", "read", "--perftest"},
+		{"bw", "write", ""}, {"bw", "read", ""}, {"bw", "send", ""}, {"lat", "send", ""}, {"lat", "write", ""}, {"lat", "read", ""},
 	} {
 		prog := "ib_" + c.op + "_" + c.kind
-		t.Run(prog, func(t *testing.T) {
-			want := readHexTranscript(t, filepath.Join("testdata", "perftest-6.06-"+prog+"-exchange.txt"))
+		t.Run(prog+c.flag, func(t *testing.T) {
+			want, err := transcript.ReadHex(filepath.Join("..", "..", "oob", "testdata", "perftest-6.06-"+prog+"-exchange.txt"))
+			require.NoError(t, err)
 			tcp, udp := freeTCPPort(t), freeUDPPort(t)
-			common := []string{c.kind, "--perftest", "-o", c.op, "-s", "4096", "-n", "5", "--udp-port", udp, "--timeout", "20s"}
+			common := []string{c.kind, "-o", c.op, "-s", "4096", "-n", "5", "--udp-port", udp, "--timeout", "20s"}
+			if c.flag != "" {
+				common = append(common, c.flag)
+			}
+			common = slices.Clip(common) // the server's and the client's appends must not share an array
 			var sout, serr bytes.Buffer
 			var scode int
 			var wg sync.WaitGroup
@@ -420,24 +307,24 @@ func TestPerftestPairsMatchRecordings(t *testing.T) {
 			for _, dir := range []bool{true, false} {
 				var got, rec [][]byte
 				for _, m := range rl.got {
-					if m.fromClient == dir {
-						got = append(got, m.data)
+					if m.FromClient == dir {
+						got = append(got, m.Data)
 					}
 				}
 				for _, m := range want {
-					if m.fromClient == dir {
-						rec = append(rec, m.data)
+					if m.FromClient == dir {
+						rec = append(rec, m.Data)
 					}
 				}
 				require.Len(t, got, len(rec))
 				for i := range 4 { // version, cycle buffer, cache line, MTU
 					assert.Equal(t, rec[i], got[i], "message %d from the client=%v", i, dir)
 				}
-				_, reads, err := parsePerftestKey(got[4])
+				key, err := oob.ParsePerftestKey(got[4])
 				require.NoError(t, err)
-				_, recReads, err := parsePerftestKey(rec[4])
+				recKey, err := oob.ParsePerftestKey(rec[4])
 				require.NoError(t, err)
-				assert.Equal(t, recReads > 1, reads > 1, "out_reads above 1 only for READ tests")
+				assert.Equal(t, recKey.OutReads > 1, key.OutReads > 1, "out_reads above 1 only for READ tests")
 				if c.kind == "bw" && c.op != "send" && dir {
 					assert.Equal(t, rec[8], got[8], "size")
 					assert.Equal(t, rec[9], got[9], "iterations")

@@ -2,48 +2,18 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/roce-emu/roce-emu/bth"
+	"github.com/roce-emu/roce-emu/oob"
 	"github.com/roce-emu/roce-emu/qp"
+	"github.com/roce-emu/roce-emu/transport"
 )
-
-// The ibv_rc_pingpong out-of-band exchange (rdma-core
-// libibverbs/examples/rc_pingpong.c; ROCEV2.md section 6): TCP port 18515,
-// one 52-byte message each way, "LLLL:QQQQQQ:PPPPPP:GGGG...G" plus NUL,
-// then "done" from the client.
-const pingpongMsgLen = 52
-
-func formatPingpongMsg(p peer) []byte {
-	s := fmt.Sprintf("%04x:%06x:%06x:%s", p.LID, p.QPN, uint32(p.PSN), gidHex(p.GID))
-	b := make([]byte, pingpongMsgLen)
-	copy(b, s)
-	return b
-}
-
-func parsePingpongMsg(b []byte) (peer, error) {
-	s := strings.TrimRight(string(b), "\x00")
-	parts := strings.Split(s, ":")
-	if len(parts) != 4 || len(parts[0]) != 4 || len(parts[1]) != 6 || len(parts[2]) != 6 || len(parts[3]) != 32 {
-		return peer{}, fmt.Errorf("not an ibv_rc_pingpong address message: %q", s)
-	}
-	lid, err1 := strconv.ParseUint(parts[0], 16, 16)
-	qpn, err2 := strconv.ParseUint(parts[1], 16, 32)
-	psn, err3 := strconv.ParseUint(parts[2], 16, 32)
-	gid, err4 := parseGIDHex(parts[3])
-	if err := errors.Join(err1, err2, err3, err4); err != nil {
-		return peer{}, fmt.Errorf("bad ibv_rc_pingpong address message %q: %v", s, err)
-	}
-	return peer{LID: uint16(lid), QPN: uint32(qpn), PSN: qpPSN(psn), GID: gid}, nil
-}
 
 type pingpongFlags struct {
 	netFlags
@@ -177,23 +147,28 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) error {
 			return err
 		}
 	}
-	local := peer{QPN: q.QPN(), PSN: randomPSN(), GID: ep.LocalAddr().Addr()}
-	fmt.Fprintf(out, "  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", local.LID, local.QPN, uint32(local.PSN), gidString(local.GID))
+	local := oob.Dest{QPN: q.QPN(), PSN: randomPSN(), GID: ep.LocalAddr().Addr()}
+	fmt.Fprintf(out, "  local address:  %s\n", local)
 
-	var remote peer
-	connect := func(r peer) error {
-		remote = r
-		return q.Connect(remoteOf(r, uint16(f.udpPort)), local.PSN, a)
+	connect := func(r oob.Dest) error {
+		return q.Connect(transport.Remote{Addr: netip.AddrPortFrom(gidAddr(r.GID, local.GID), uint16(f.udpPort)), QPN: r.QPN, PSN: r.PSN},
+			local.PSN, a)
 	}
-	if mode == "client" {
-		err = clientExchange(ctx, net.JoinHostPort(host, strconv.Itoa(f.port)), local, connect)
-	} else {
-		err = serverExchange(ctx, f.port, local, connect)
-	}
+	conn, err := pingpongConn(ctx, mode == "client", host, f.port)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "  remote address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", remote.LID, remote.QPN, uint32(remote.PSN), gidString(remote.GID))
+	defer conn.Close()
+	var remote oob.Dest
+	if mode == "client" {
+		remote, err = oob.PingpongClient(ctx, conn, local, connect)
+	} else {
+		remote, err = oob.PingpongServer(ctx, conn, local, connect)
+	}
+	if err != nil {
+		return fmt.Errorf("address exchange: %w", err)
+	}
+	fmt.Fprintf(out, "  remote address: %s\n", remote)
 
 	// The ping-pong loop of rc_pingpong: a side sends when its last send
 	// completed and a message arrived; the client starts.
@@ -259,84 +234,32 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) error {
 	return nil
 }
 
-func qpPSN(v uint64) bth.PSN { return bth.PSN(v & bth.PSNMask) }
-
-// gidString prints a GID as inet_ntop(AF_INET6) does, as rc_pingpong does.
-func gidString(a netip.Addr) string {
-	g := gidOf(a)
-	return netip.AddrFrom16(g).String()
-}
-
-// clientExchange is pp_client_exch_dest: send ours, read theirs, connect,
-// say "done".
-func clientExchange(ctx context.Context, addr string, local peer, connect func(peer) error) error {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return fmt.Errorf("cannot reach the server's address exchange at %s: %v", addr, err)
+// pingpongConn connects to the server's address exchange (client), or
+// waits for one client on TCP port (server).
+func pingpongConn(ctx context.Context, client bool, host string, port int) (net.Conn, error) {
+	if client {
+		addr := net.JoinHostPort(host, strconv.Itoa(port))
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("cannot reach the server's address exchange at %s: %v", addr, err)
+		}
+		return c, nil
 	}
-	defer c.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		c.SetDeadline(dl)
-	}
-	if _, err := c.Write(formatPingpongMsg(local)); err != nil {
-		return fmt.Errorf("address exchange: %v", err)
-	}
-	msg := make([]byte, pingpongMsgLen)
-	if _, err := io.ReadFull(c, msg); err != nil {
-		return fmt.Errorf("address exchange: reading the server's address: %v", err)
-	}
-	remote, err := parsePingpongMsg(msg)
-	if err != nil {
-		return err
-	}
-	if err := connect(remote); err != nil {
-		return err
-	}
-	if _, err := c.Write([]byte("done\x00")); err != nil {
-		return fmt.Errorf("address exchange: %v", err)
-	}
-	return nil
-}
-
-// serverExchange is pp_server_exch_dest: read theirs, connect, send ours,
-// wait for "done".
-func serverExchange(ctx context.Context, port int, local peer, connect func(peer) error) error {
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(port))
 	if err != nil {
-		return fmt.Errorf("cannot listen for the address exchange on TCP port %d: %v", port, err)
+		return nil, fmt.Errorf("cannot listen for the address exchange on TCP port %d: %v", port, err)
 	}
 	defer l.Close()
-	go func() { <-ctx.Done(); l.Close() }()
+	stop := context.AfterFunc(ctx, func() { l.Close() })
+	defer stop()
 	c, err := l.Accept()
 	if err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("no client connected to TCP port %d within --timeout", port)
+			return nil, fmt.Errorf("no client connected to TCP port %d within --timeout", port)
 		}
-		return fmt.Errorf("waiting for a client on TCP port %d: %v", port, err)
+		return nil, fmt.Errorf("waiting for a client on TCP port %d: %v", port, err)
 	}
-	defer c.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		c.SetDeadline(dl)
-	}
-	msg := make([]byte, pingpongMsgLen)
-	if _, err := io.ReadFull(c, msg); err != nil {
-		return fmt.Errorf("address exchange: reading the client's address: %v", err)
-	}
-	remote, err := parsePingpongMsg(msg)
-	if err != nil {
-		return err
-	}
-	if err := connect(remote); err != nil {
-		return err
-	}
-	if _, err := c.Write(formatPingpongMsg(local)); err != nil {
-		return fmt.Errorf("address exchange: %v", err)
-	}
-	done := make([]byte, 5)
-	if _, err := io.ReadFull(c, done); err != nil || string(done) != "done\x00" {
-		return fmt.Errorf("address exchange: the client did not say done (%q, %v)", done, err)
-	}
-	return nil
+	return c, nil
 }
