@@ -128,11 +128,21 @@ func gidAddr(gid, local netip.Addr) netip.Addr {
 	return gid
 }
 
+// routeHopLimit is the TTL / hop limit the commands send with. The
+// programs they stand in for put another in their GRH (ibv_rc_pingpong 1,
+// perftest 0xFF), but on RoCE the kernel resolves an address vector
+// through the IP route and takes the route's hop limit, 64 on Linux by
+// default (our reading of ib_core's ib_resolve_eth_dmac and
+// rdma_addr_find_l2_eth_by_grh); rxe sent 64 for both programs in the
+// interop captures, over IPv4 and IPv6 (docs/sockets.md).
+const routeHopLimit = 64
+
 // rcPingpongAttrs are ibv_rc_pingpong's: min_rnr_timer 12, timeout 14,
-// retry_cnt 7, rnr_retry 7, max_rd_atomic 1, hop limit 1 (ROCEV2.md 6).
+// retry_cnt 7, rnr_retry 7, max_rd_atomic 1 (ROCEV2.md 6); the hop limit
+// on the wire is the route's (routeHopLimit).
 func rcPingpongAttrs(mtu qp.MTU) transport.ConnectAttr {
 	return transport.ConnectAttr{PathMTU: mtu, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 12, MaxRdAtomic: 1,
-		HopLimit: 1, Access: qp.IBV_ACCESS_LOCAL_WRITE}
+		HopLimit: routeHopLimit, Access: qp.IBV_ACCESS_LOCAL_WRITE}
 }
 
 // mtuFlag parses -m: 256, 512, 1024, 2048 or 4096.

@@ -246,7 +246,7 @@ func printPerftestHeader(out io.Writer, kind string, op qp.WROpcode, client bool
 
 // perftestConnect moves q to RTR and RTS as perftest's ctx_connect does.
 func perftestConnect(q *transport.QP, local, rem oob.PerftestKey, mtu qp.MTU, udpPort uint16, access qp.Access) error {
-	av := qp.AddressVector{Remote: netip.AddrPortFrom(gidAddr(rem.GID, local.GID), udpPort), HopLimit: 0xFF}
+	av := qp.AddressVector{Remote: netip.AddrPortFrom(gidAddr(rem.GID, local.GID), udpPort), HopLimit: routeHopLimit} // perftest asks 0xFF; see routeHopLimit
 	if err := q.Modify(&qp.Attr{State: qp.IBV_QPS_RTR, PathMTU: mtu, DestQPN: rem.QPN, RQPSN: rem.PSN,
 		MaxDestRdAtomic: uint8(min(local.OutReads, 255)), MinRNRTimer: 12, AV: av, AccessFlags: access},
 		qp.IBV_QP_STATE|qp.IBV_QP_AV|qp.IBV_QP_PATH_MTU|qp.IBV_QP_DEST_QPN|qp.IBV_QP_RQ_PSN|

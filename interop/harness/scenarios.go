@@ -344,6 +344,28 @@ func (h *harness) checkCapture(file string) (string, int, error) {
 		return "", -1, fmt.Errorf("tshark reports malformed packets: %s", lastLines(string(e), 4))
 	}
 	naks := s.AETH["NAK_PSN_SEQ"] + s.AETH["RNR_NAK"]
+	// roce-emu sends the hop limit rxe sends (the route's, 64: see
+	// routeHopLimit in cmd/roce-emu), whatever the programs ask for.
+	hl, err := exec.Command("tshark", "-r", file, "-Y", "infiniband", "-T", "fields", "-e", "ip.src", "-e", "ip.ttl", "-e", "ipv6.src", "-e", "ipv6.hlim").Output()
+	if err != nil {
+		return "", -1, fmt.Errorf("tshark: %v", err)
+	}
+	hops := map[string]map[string]bool{}
+	for _, l := range strings.Split(strings.TrimSpace(string(hl)), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 2 {
+			continue
+		}
+		if hops[f[0]] == nil {
+			hops[f[0]] = map[string]bool{}
+		}
+		hops[f[0]][f[1]] = true
+	}
+	for src, v := range hops {
+		if len(v) != 1 || !v["64"] {
+			return "", -1, fmt.Errorf("packets from %s carry hop limits %v, want 64 as rxe sends", src, v)
+		}
+	}
 	family := ""
 	if h.v6 {
 		// Every RoCEv2 packet on IPv6, and UDP checksum 0 from both sides
@@ -364,5 +386,5 @@ func (h *harness) checkCapture(file string) (string, int, error) {
 		}
 		family = fmt.Sprintf(", all on IPv6, UDP checksum 0 on %d from roce-emu and %d from rxe", zero[0], zero[1])
 	}
-	return fmt.Sprintf("capture: %d RoCEv2 packets%s, ICRC valid on all, tshark agrees; NAKs %d", s.RoCE, family, naks), naks, nil
+	return fmt.Sprintf("capture: %d RoCEv2 packets%s, hop limit 64 both ways, ICRC valid on all, tshark agrees; NAKs %d", s.RoCE, family, naks), naks, nil
 }
