@@ -24,7 +24,13 @@ type pingpongFlags struct {
 	rxDepth int
 	gidIdx  int
 	timeout time.Duration
+	chk     bool
+	events  bool
 }
+
+// pingpongPage is the page size rc_pingpong's --chk pattern steps by:
+// sysconf(_SC_PAGESIZE) on the peer, 4096 on x86-64 Linux.
+const pingpongPage = 4096
 
 func (f *pingpongFlags) register(fs *flag.FlagSet) {
 	f.netFlags.register(fs, "127.0.0.1")
@@ -35,6 +41,8 @@ func (f *pingpongFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.rxDepth, "r", 500, "receive queue depth")
 	fs.IntVar(&f.gidIdx, "g", 1, "local GID index; roce-emu's GID table holds the --bind address at 0 and 1 (as ::ffff:a.b.c.d for IPv4)")
 	fs.DurationVar(&f.timeout, "timeout", 60*time.Second, "give up when the run takes longer than this")
+	fs.BoolVar(&f.chk, "c", false, "validate the received buffer as rc_pingpong --chk: the client zeroes the first byte of every 4096-byte page before it sends, the server checks those bytes at the end")
+	fs.BoolVar(&f.events, "e", false, "accepted for rc_pingpong compatibility: roce-emu always sleeps until a completion arrives (as rc_pingpong -e does), it never busy-polls")
 }
 
 func (f *pingpongFlags) check() error {
@@ -177,6 +185,13 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) error {
 	scnt, rcnt, routs := 0, 0, f.rxDepth
 	pending := recvWRID
 	if mode == "client" {
+		if f.chk {
+			// rc_pingpong --chk: buf[i] = i / page_size % sizeof(char),
+			// which is 0, at the start of every page.
+			for i := 0; i < f.size; i += pingpongPage {
+				buf[i] = 0
+			}
+		}
 		if err := q.PostSend(send); err != nil {
 			return err
 		}
@@ -221,14 +236,25 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) error {
 	fmt.Fprintf(out, "%d bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, secs, float64(bytes)*8/secs/1e6)
 	fmt.Fprintf(out, "%d iters in %.2f seconds = %.2f usec/iter\n", f.iters, secs, secs*1e6/float64(f.iters))
 	ep.Sync()
+	// rc_pingpong fills its buffer with 0x7b; a client run with --chk
+	// zeroes the first byte of each page. Both sides send the buffer they
+	// receive into, so either pattern is what must come back.
 	mism := 0
-	for _, b := range buf[:f.size] {
-		if b != 0x7b {
+	for i, b := range buf[:f.size] {
+		if b != 0x7b && !(i%pingpongPage == 0 && b == 0) {
 			mism++
 		}
 	}
 	if mism > 0 {
-		fmt.Fprintf(out, "warning: %d received bytes are not rc_pingpong's fill byte 0x7b\n", mism)
+		fmt.Fprintf(out, "warning: %d received bytes are neither rc_pingpong's fill byte 0x7b nor its --chk page marks\n", mism)
+	}
+	if f.chk && mode == "server" {
+		// As rc_pingpong's server checks with --chk, and in its words.
+		for i := 0; i < f.size; i += pingpongPage {
+			if buf[i] != 0 {
+				fmt.Fprintf(out, "invalid data in page %d\n", i/pingpongPage)
+			}
+		}
 	}
 	fmt.Fprintf(out, "counters: %s\n", describeCounters(q.Counters()))
 	return nil

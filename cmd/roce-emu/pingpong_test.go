@@ -72,3 +72,47 @@ func TestPingpongBadFlags(t *testing.T) {
 		assert.NotContains(t, e.String(), "panic", "%v", args)
 	}
 }
+
+// runPingpongPair runs our server and our client against each other with
+// extra flags for each, and returns their outputs.
+func runPingpongPair(t *testing.T, serverArgs, clientArgs []string) (sout, cout string) {
+	tcp, udp := freeTCPPort(t), freeUDPPort(t)
+	common := []string{"--udp-port", udp, "-p", tcp, "-n", "20", "-s", "10000", "--timeout", "20s"}
+	var wg sync.WaitGroup
+	var so, se bytes.Buffer
+	var scode int
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		scode = run(append(append([]string{"server", "--bind", "127.0.0.2"}, common...), serverArgs...), &so, &se)
+	}()
+	var co, ce bytes.Buffer
+	var ccode int
+	for try := 0; try < 50; try++ {
+		co.Reset()
+		ce.Reset()
+		ccode = run(append(append(append([]string{"client", "--bind", "127.0.0.1"}, common...), clientArgs...), "127.0.0.1"), &co, &ce)
+		if ccode == 0 || !strings.Contains(ce.String(), "cannot reach") {
+			break
+		}
+	}
+	wg.Wait()
+	require.Equal(t, 0, ccode, "client: %s", ce.String())
+	require.Equal(t, 0, scode, "server: %s", se.String())
+	return so.String(), co.String()
+}
+
+// rc_pingpong's --chk: the client marks the first byte of each page with
+// 0, the server checks the marks at the end and names the pages without
+// one, in rc_pingpong's words. 10000 bytes span pages 0, 1 and 2.
+func TestPingpongCheck(t *testing.T) {
+	sout, cout := runPingpongPair(t, []string{"-c"}, []string{"-c", "-e"})
+	assert.NotContains(t, sout, "invalid data")
+	assert.NotContains(t, sout, "warning", "the page marks are what rc_pingpong sends")
+	assert.NotContains(t, cout, "warning")
+	assert.Contains(t, sout, "20 iters in ")
+
+	sout, _ = runPingpongPair(t, []string{"-c"}, nil)
+	assert.Contains(t, sout, "invalid data in page 0\ninvalid data in page 1\ninvalid data in page 2\n", "a client without -c leaves no marks")
+	assert.NotContains(t, sout, "warning")
+}
