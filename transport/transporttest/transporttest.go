@@ -96,7 +96,11 @@ type Config struct {
 	// its Endpoint is made (side 0 is A), and the Endpoint runs on what it
 	// returns. It is where a transport.Conn decorator goes: a packet
 	// observer or capture that sees every datagram each side sends and
-	// receives, or a test's own fault injection.
+	// receives, or a test's own fault injection. An Endpoint on a wrapped
+	// Conn cannot tell it is on a Network, so where its Options leave
+	// ICRC at transport.ICRCAuto NewPair sets transport.ICRCAssumeID0,
+	// which is exact on a Network: received ICRCs are verified as without
+	// the wrapper.
 	WrapConn func(side int, c transport.Conn) transport.Conn
 	// Timeout is how long Side.Wait and Side.WaitOK wait (default
 	// DefaultTimeout).
@@ -110,7 +114,10 @@ type Pair struct {
 }
 
 // Side is one end of a Pair: an Endpoint with one PD, one CQ (for both
-// send and receive completions) and one connected QP.
+// send and receive completions) and one connected QP. Its methods fail the
+// test with t.Fatalf, so call them from the test's goroutine, as testing
+// requires of FailNow; the fields may be used from anywhere, as their own
+// documentation allows.
 type Side struct {
 	Name     string // "A" or "B"
 	Addr     netip.AddrPort
@@ -176,10 +183,14 @@ func NewPair(t testing.TB, cfg Config) *Pair {
 		if err != nil {
 			t.Fatalf("transporttest: side %s cannot listen at %s: %v", sideName(i), addrs[i], err)
 		}
+		opts := cfg.Options[i]
 		if cfg.WrapConn != nil {
 			conn = cfg.WrapConn(i, conn)
+			if opts.ICRC == transport.ICRCAuto {
+				opts.ICRC = transport.ICRCAssumeID0
+			}
 		}
-		ep := transport.NewEndpoint(conn, cfg.Options[i])
+		ep := transport.NewEndpoint(conn, opts)
 		t.Cleanup(func() { ep.Close() })
 		s := &Side{Name: sideName(i), Addr: addrs[i], Endpoint: ep, t: t, timeout: cfg.Timeout, access: cfg.Connect.Access}
 		s.PD = ep.NewPD()

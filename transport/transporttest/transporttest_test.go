@@ -174,6 +174,31 @@ func TestWrapConn(t *testing.T) {
 		if got := counters[1].sent(); got == 0 {
 			t.Errorf("B's Conn sent no ACK")
 		}
+		if st := p.B.Endpoint.Stats(); st.BadICRC != 0 || st.Received != 3 {
+			t.Errorf("B's endpoint received %d datagrams, %d with a bad ICRC; want 3 and 0", st.Received, st.BadICRC)
+		}
+	})
+}
+
+// Behind a wrapper the Endpoints still verify ICRCs: on a network that
+// corrupts packets, corrupted ones are dropped as bad ICRCs and the WRITE
+// completes by retransmission with the right bytes.
+func TestWrapConnKeepsICRCCheck(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := transporttest.NewPair(t, transporttest.Config{Seed: 2, Impairments: transport.Impairments{Corrupt: 0.2},
+			WrapConn: func(_ int, c transport.Conn) transport.Conn { return &countingConn{Conn: c} }})
+		src := p.A.Reg(pattern(20 << 10))
+		dst := p.B.Reg(make([]byte, 20<<10))
+		p.A.PostWrite(1, src, dst)
+		p.A.WaitOK(1)
+		p.B.Endpoint.Sync()
+		if !bytes.Equal(dst.Buf, src.Buf) {
+			t.Errorf("corrupted bytes reached the target buffer")
+		}
+		bad := p.A.Endpoint.Stats().BadICRC + p.B.Endpoint.Stats().BadICRC
+		if p.Network.Corrupted == 0 || bad == 0 {
+			t.Errorf("network corrupted %d datagrams, endpoints saw %d bad ICRCs; want both above 0", p.Network.Corrupted, bad)
+		}
 	})
 }
 
