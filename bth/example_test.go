@@ -1,6 +1,7 @@
 package bth_test
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 
@@ -50,4 +51,28 @@ func ExampleSyndrome_KindName() {
 func ExamplePSN_After() {
 	fmt.Println(bth.PSN(0).After(0xFFFFFF), bth.PSN(0xFFFFFF).Next())
 	// Output: true 0
+}
+
+// The ICRC covers the IP and UDP headers (with the fields that change in
+// flight masked) and the whole RoCEv2 packet: a receiver that knows the
+// headers verifies it, and one flipped payload bit makes it fail.
+func ExampleEncap_VerifyICRC() {
+	e := bth.Encap{Src: netip.MustParseAddr("2001:db8::1"), Dst: netip.MustParseAddr("2001:db8::2"),
+		SrcPort: bth.SourcePort(0, 0x11, 0x12), HopLimit: 64}
+	p := bth.Packet{BTH: bth.BTH{Opcode: bth.RCWriteOnly, PKey: bth.DefaultPKey, DestQP: 0x12, PSN: 7, AckReq: true},
+		RETH:    bth.RETH{VA: 0x1000, RKey: 0x2a, DMALength: 4},
+		Payload: []byte("data")}
+	udpPayload, err := p.Append(nil, &e)
+	if err != nil {
+		panic(err)
+	}
+	got, want, err := e.VerifyICRC(udpPayload)
+	fmt.Printf("%d bytes, ICRC %#08x, computed %#08x, err %v\n", len(udpPayload), got, want, err)
+
+	udpPayload[len(udpPayload)-5] ^= 1 // the last payload byte
+	_, _, err = e.VerifyICRC(udpPayload)
+	fmt.Println(errors.Is(err, bth.ErrBadICRC))
+	// Output:
+	// 36 bytes, ICRC 0x32fa3d45, computed 0x32fa3d45, err <nil>
+	// true
 }

@@ -5,20 +5,23 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log"
 	"net/netip"
+	"os"
 
 	"github.com/roce-emu/roce-emu/qp"
 	"github.com/roce-emu/roce-emu/transport"
 )
 
 func main() {
-	if err := run(); err != nil {
+	if err := run(os.Stdout); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run() error {
+// run does the work and prints what happened to out.
+func run(out io.Writer) error {
 	ctx := context.Background()
 	var eps [2]*transport.Endpoint
 	var qps [2]*transport.QP
@@ -62,7 +65,7 @@ func run() error {
 	if _, err := cqs[0].Wait(ctx, wc); err != nil {
 		return err
 	}
-	fmt.Printf("reader: %s %s, %d bytes: %q\n", wc[0].Opcode, wc[0].Status, wc[0].ByteLen, local)
+	fmt.Fprintf(out, "reader: %s %s, %d bytes: %q\n", wc[0].Opcode, wc[0].Status, wc[0].ByteLen, local)
 	// A READ outside the region is refused with a remote access error.
 	if err := qps[0].PostSend(qp.SendWR{WRID: 2, Opcode: qp.IBV_WR_RDMA_READ, SGEs: []qp.SGE{lmr.SGE(0, 8)},
 		RemoteAddr: remote.VA + 4096, RKey: remote.RKey}); err != nil {
@@ -71,6 +74,6 @@ func run() error {
 	if _, err := cqs[0].Wait(ctx, wc); err != nil {
 		return err
 	}
-	fmt.Printf("reader, out of bounds: %s; the QP is now %s\n", wc[0].Status, qps[0].State())
+	fmt.Fprintf(out, "reader, out of bounds: %s; the QP is now %s\n", wc[0].Status, qps[0].State())
 	return nil
 }

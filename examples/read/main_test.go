@@ -1,9 +1,21 @@
 package main
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
+// The program reads the peer's memory, then makes a READ outside the
+// region, which fails with a remote access error and moves the QP to ERR.
 func TestRun(t *testing.T) {
-	if err := run(); err != nil {
+	var out strings.Builder
+	if err := run(&out); err != nil {
 		t.Fatal(err)
+	}
+	want := `reader: RDMA_READ SUCCESS, 44 bytes: "the responder's memory, read without its CPU"
+reader, out of bounds: REM_ACCESS_ERR; the QP is now ERR
+`
+	if out.String() != want {
+		t.Errorf("the program printed\n%s\nwant\n%s", out.String(), want)
 	}
 }

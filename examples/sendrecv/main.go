@@ -6,20 +6,23 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log"
 	"net/netip"
+	"os"
 
 	"github.com/roce-emu/roce-emu/qp"
 	"github.com/roce-emu/roce-emu/transport"
 )
 
 func main() {
-	if err := run(); err != nil {
+	if err := run(os.Stdout); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run() error {
+// run does the work and prints what happened to out.
+func run(out io.Writer) error {
 	ctx := context.Background()
 	// Two endpoints, as two hosts would have. Port 0 with EphemeralPort lets
 	// the kernel pick free ports; peers on real hosts use 4791.
@@ -69,8 +72,8 @@ func run() error {
 		if _, err := cqs[i].Wait(ctx, wc); err != nil {
 			return err
 		}
-		fmt.Printf("%s: %s %s, %d bytes\n", who, wc[0].Opcode, wc[0].Status, wc[0].ByteLen)
+		fmt.Fprintf(out, "%s: %s %s, %d bytes\n", who, wc[0].Opcode, wc[0].Status, wc[0].ByteLen)
 	}
-	fmt.Printf("received %q\n", inbox[:wc[0].ByteLen])
+	fmt.Fprintf(out, "received %q\n", inbox[:wc[0].ByteLen])
 	return nil
 }

@@ -6,20 +6,23 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log"
 	"net/netip"
+	"os"
 
 	"github.com/roce-emu/roce-emu/qp"
 	"github.com/roce-emu/roce-emu/transport"
 )
 
 func main() {
-	if err := run(); err != nil {
+	if err := run(os.Stdout); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run() error {
+// run does the work and prints what happened to out.
+func run(out io.Writer) error {
 	ctx := context.Background()
 	var eps [2]*transport.Endpoint
 	var qps [2]*transport.QP
@@ -73,11 +76,11 @@ func run() error {
 	if _, err := cqs[1].Wait(ctx, wc); err != nil {
 		return err
 	}
-	fmt.Printf("target: %s %s, %d bytes, immediate %#x\n", wc[0].Opcode, wc[0].Status, wc[0].ByteLen, wc[0].ImmData)
+	fmt.Fprintf(out, "target: %s %s, %d bytes, immediate %#x\n", wc[0].Opcode, wc[0].Status, wc[0].ByteLen, wc[0].ImmData)
 	same := true
 	for i := range target {
 		same = same && target[i] == data[i]
 	}
-	fmt.Printf("target buffer matches: %v; writer sent %d packets\n", same, qps[0].Counters().SentPackets)
+	fmt.Fprintf(out, "target buffer matches: %v; writer sent %d packets\n", same, qps[0].Counters().SentPackets)
 	return nil
 }
