@@ -151,13 +151,16 @@ func (h *harness) bootGuest(timeout time.Duration) error {
 func (h *harness) findGID6(deadline time.Time) error {
 	var last string
 	for time.Now().Before(deadline) {
-		out, rc, err := h.guest("cd /sys/class/infiniband/rxe0/ports/1/gids && for f in *; do echo $f $(cat $f); done | grep -v ' 0000:0000:0000:0000:0000:0000:0000:0000$'; ip -6 addr show dev eth0", 10*time.Second)
+		// One grep over the whole table (a process per GID file takes
+		// longer than the timeout on a busy machine under TCG).
+		out, rc, err := h.guest("cd /sys/class/infiniband/rxe0/ports/1/gids && grep -H . * | grep -v ':0000:0000:0000:0000:0000:0000:0000:0000$'; ip -6 addr show dev eth0", 30*time.Second)
 		last = fmt.Sprintf("%s (exit %d, %v)", out, rc, err)
 		if err == nil {
 			for _, l := range strings.Split(out, "\n") {
-				f := strings.Fields(l)
-				if len(f) == 2 && f[1] == guestGID6 {
-					h.gid6, _ = strconv.Atoi(f[0])
+				// "N:gid" as grep -H prints it.
+				idx, gid, ok := strings.Cut(strings.TrimSpace(l), ":")
+				if ok && gid == guestGID6 {
+					h.gid6, _ = strconv.Atoi(idx)
 					return nil
 				}
 			}
