@@ -544,7 +544,8 @@ func (w *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
 	defer w.ep.mu.Unlock()
 	if mask&qp.IBV_QP_AV != 0 {
 		local := w.ep.conn.LocalAddr().Addr()
-		if attr.AV.Local.IsValid() && attr.AV.Local.Unmap() != local.Unmap() {
+		// A GID carries no zone: compare addresses without theirs.
+		if attr.AV.Local.IsValid() && attr.AV.Local.Unmap().WithZone("") != local.Unmap().WithZone("") {
 			return fmt.Errorf("%w: the QP's local address %s is not the endpoint's %s", qp.ErrBadAttr, attr.AV.Local, local)
 		}
 		if local.Unmap().Is4() != attr.AV.Remote.Addr().Unmap().Is4() {

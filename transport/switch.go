@@ -181,7 +181,9 @@ func (s *Switch) read(i int) {
 			d.Data = append([]byte(nil), d.Data...)
 			// The receiver answers from its QPs' source ports, not from
 			// the egress port: tell directions apart by address.
-			if d.Src.Addr().Unmap() == s.cfg.Egress.Addr().Unmap() {
+			// Received sources carry no zone (udpConn strips it), the
+			// configured egress may: compare without.
+			if d.Src.Addr().Unmap().WithZone("") == s.cfg.Egress.Addr().Unmap().WithZone("") {
 				s.back(i, d)
 			} else {
 				s.forward(i, d)

@@ -46,13 +46,19 @@ func (n *netFlags) register(fs *flag.FlagSet, defaultBind string) {
 
 // check validates the flags (a bad value is a usage error: exit 2).
 func (n *netFlags) check() error {
-	if _, err := netip.ParseAddr(n.bind); err != nil {
+	a, err := netip.ParseAddr(n.bind)
+	if err != nil {
 		return fmt.Errorf("--bind %q: not an IP address", n.bind)
+	}
+	// The bound address is the GID the peer sends to: it must be one
+	// host's unicast address.
+	if u := a.Unmap(); u.IsUnspecified() || u.IsMulticast() || u == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+		return fmt.Errorf("--bind %s: give this host's own unicast address (it becomes the GID the peer sends to)", n.bind)
 	}
 	if n.udpPort == 0 || n.udpPort > 65535 {
 		return fmt.Errorf("--udp-port %d: must be 1-65535", n.udpPort)
 	}
-	_, err := n.faultSet()
+	_, err = n.faultSet()
 	return err
 }
 

@@ -86,7 +86,8 @@ func runPingpong(mode string, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "\nThe client side of ibv_rc_pingpong: connects to HOST on TCP port -p, exchanges")
 		}
 		fmt.Fprintln(stderr, "QP numbers, PSNs and GIDs as rc_pingpong does, then ping-pongs -n RC SENDs of -s bytes.")
-		fmt.Fprintln(stderr, "Works against rdma-core's ibv_rc_pingpong (run it with -g set to an IPv4 GID).")
+		fmt.Fprintln(stderr, "Works against rdma-core's ibv_rc_pingpong (run it with -g set to the GID of the address family --bind uses:")
+		fmt.Fprintln(stderr, "on rxe, 1 for its IPv4 address; for IPv6 the index whose GID is its IPv6 address).")
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}

@@ -63,6 +63,11 @@ func TestPingpongBadFlags(t *testing.T) {
 		{"server", "--loss", "2"},
 		{"server", "--fault", "explode"},
 		{"server", "--bind", "not-an-ip"},
+		{"server", "--bind", "::"},
+		{"server", "--bind", "0.0.0.0"},
+		{"server", "--bind", "::ffff:0.0.0.0"},
+		{"server", "--bind", "ff02::1"},
+		{"client", "--bind", "224.0.0.1", "x"},
 		{"server", "extra"},
 	} {
 		var o, e bytes.Buffer

@@ -394,6 +394,9 @@ func (h *harness) checkCapture(file string) (string, int, error) {
 				return "", -1, fmt.Errorf("no RoCEv2 packet from %s with UDP checksum 0 (tshark: %v)", src, err)
 			}
 		}
+		if nz, err := count("infiniband && udp.checksum != 0"); err != nil || nz != 0 {
+			return "", -1, fmt.Errorf("%d RoCEv2 packets carry a UDP checksum other than 0 (tshark: %v)", nz, err)
+		}
 		family = fmt.Sprintf(", all on IPv6, UDP checksum 0 on %d from roce-emu and %d from rxe", zero[0], zero[1])
 	}
 	return fmt.Sprintf("capture: %d RoCEv2 packets%s, hop limit 64 both ways, ICRC valid on all, tshark agrees; NAKs %d", s.RoCE, family, naks), naks, nil
