@@ -1,12 +1,17 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/netip"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/roce-emu/roce-emu/bth"
@@ -26,6 +31,8 @@ type netFlags struct {
 	seed    uint64
 	icrc    bool
 	csum    bool
+	// stderr is where the Endpoint's warnings go (the flag set's output).
+	stderr io.Writer
 }
 
 type multiFlag []string
@@ -34,6 +41,7 @@ func (m *multiFlag) String() string     { return strings.Join(*m, " ") }
 func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
 
 func (n *netFlags) register(fs *flag.FlagSet, defaultBind string) {
+	n.stderr = fs.Output()
 	fs.StringVar(&n.bind, "bind", defaultBind, "local IP `address` to send and receive RoCEv2 from")
 	fs.UintVar(&n.udpPort, "udp-port", bth.UDPPort, "UDP `port` for RoCEv2, locally and at the peer")
 	fs.StringVar(&n.pcap, "pcap", "", "write every RoCEv2 packet sent and received to this pcap `file`")
@@ -99,6 +107,9 @@ func (n *netFlags) openEndpoint() (*transport.Endpoint, func(), error) {
 		return nil, nil, fmt.Errorf("cannot listen on %s UDP port %d: %v", addr, n.udpPort, err)
 	}
 	opts := transport.Options{Faults: faults}
+	if n.stderr != nil {
+		opts.Logger = slog.New(&warnOnce{w: n.stderr})
+	}
 	if n.icrc {
 		opts.ICRC = transport.ICRCAssumeID0
 	}
@@ -192,4 +203,43 @@ func queueFlags(fs *flag.FlagSet, q *cc.QueueConfig) {
 	fs.BoolVar(&q.PFC, "pfc", false, "pause (dcqcn) or hold (switch) above XOFF instead of dropping")
 	fs.IntVar(&q.XOFF, "xoff", q.XOFF, "PFC XOFF threshold in `bytes`")
 	fs.IntVar(&q.XON, "xon", q.XON, "PFC XON threshold in `bytes`")
+}
+
+// warnOnce is the commands' Endpoint logger: it prints each kind of
+// warning or error (by message) once on stderr. A send error repeats with
+// every retransmission (a path MTU above the link's MTU fails each send,
+// since DF is set); said once, with a hint, it tells the user why the run
+// is not moving instead of leaving them to the timeout.
+type warnOnce struct {
+	w    io.Writer
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (h *warnOnce) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h *warnOnce) WithAttrs([]slog.Attr) slog.Handler           { return h }
+func (h *warnOnce) WithGroup(string) slog.Handler                { return h }
+
+func (h *warnOnce) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.seen[r.Message] {
+		return nil
+	}
+	if h.seen == nil {
+		h.seen = map[string]bool{}
+	}
+	h.seen[r.Message] = true
+	var b strings.Builder
+	fmt.Fprintf(&b, "roce-emu: %s", r.Message)
+	hint := ""
+	r.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, ", %s: %v", a.Key, a.Value)
+		if err, ok := a.Value.Any().(error); ok && errors.Is(err, syscall.EMSGSIZE) {
+			hint = " (a packet is larger than the link allows: lower the path MTU -m; roce-emu sets Don't Fragment)"
+		}
+		return true
+	})
+	fmt.Fprintf(h.w, "%s%s (said once)\n", b.String(), hint)
+	return nil
 }

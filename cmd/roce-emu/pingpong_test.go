@@ -2,10 +2,14 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -120,4 +124,19 @@ func TestPingpongCheck(t *testing.T) {
 	sout, _ = runPingpongPair(t, []string{"-c"}, nil)
 	assert.Contains(t, sout, "invalid data in page 0\ninvalid data in page 1\ninvalid data in page 2\n", "a client without -c leaves no marks")
 	assert.NotContains(t, sout, "warning")
+}
+
+// The Endpoint's repeated send error (here EMSGSIZE, as a path MTU above
+// the link's gives with DF set) is printed once, with what to change.
+func TestWarnOnce(t *testing.T) {
+	var b bytes.Buffer
+	log := slog.New(&warnOnce{w: &b})
+	err := &net.OpError{Op: "sendmmsg", Net: "udp", Err: os.NewSyscallError("sendmmsg", syscall.EMSGSIZE)}
+	for range 3 {
+		log.Warn("send failed", "err", err)
+	}
+	log.Info("not shown")
+	log.Error("read failed; endpoint stops", "err", io.EOF)
+	assert.Equal(t, "roce-emu: send failed, err: sendmmsg udp: sendmmsg: message too long (a packet is larger than the link allows: lower the path MTU -m; roce-emu sets Don't Fragment) (said once)\n"+
+		"roce-emu: read failed; endpoint stops, err: EOF (said once)\n", b.String())
 }
