@@ -350,6 +350,9 @@ func (q *QP) Modify(attr *Attr, mask AttrMask) error {
 	if err := checkAttr(attr, rest); err != nil {
 		return err
 	}
+	if rest&IBV_QP_QKEY != 0 && q.QPN == 1 && attr.QKey != bth.GSIQKey {
+		return fmt.Errorf("%w: QP1's Q_Key is %#x, not %#x", ErrBadAttr, uint32(bth.GSIQKey), attr.QKey)
+	}
 
 	a := &q.attr
 	if rest&IBV_QP_ACCESS_FLAGS != 0 {
@@ -396,7 +399,7 @@ func (q *QP) Modify(attr *Attr, mask AttrMask) error {
 	if rest&IBV_QP_PKEY_INDEX != 0 && attr.PKey != 0 {
 		a.PKey = attr.PKey
 	}
-	if rest&IBV_QP_QKEY != 0 && q.QPN != 1 {
+	if rest&IBV_QP_QKEY != 0 {
 		a.QKey = attr.QKey
 	}
 	switch to {
