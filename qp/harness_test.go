@@ -30,6 +30,7 @@ type wire struct {
 	drop func(from int, p *bth.Packet) bool
 	sent [2]int
 	seen []seenPkt
+	srq  *SRQ // QP 1's, when pairOpts.srqWR is set
 	// psnOp remembers the request opcode each PSN was first sent with: a
 	// retransmission must reuse it (two messages sharing a PSN is a bug).
 	psnOp [2]map[bth.PSN]bth.Opcode
@@ -61,6 +62,7 @@ type pairOpts struct {
 	strict    bool
 	sendDepth int
 	typ       QPType // 0: RC; UC takes the same PSNs and MTU
+	srqWR     int    // > 0: QP 1 receives from an SRQ of this depth (wire.srq)
 }
 
 func defaultOpts() pairOpts {
@@ -77,8 +79,15 @@ func newWire(t testing.TB, o pairOpts) *wire {
 	for i := range 2 {
 		w.pd[i] = NewDevice().NewPD() // one device per side, as two hosts
 		w.cq[i] = NewCQ(1 << 16)
+		var srq *SRQ
+		if i == 1 && o.srqWR > 0 {
+			var err error
+			srq, err = w.pd[i].NewSRQ(SRQInitAttr{MaxWR: o.srqWR, MaxSGE: 2})
+			require.NoError(t, err)
+			w.srq = srq
+		}
 		q, err := New(InitAttr{PD: w.pd[i], SendCQ: w.cq[i], RecvCQ: w.cq[i], QPN: qpn[i], MaxSendWR: max(o.sendDepth, 4096),
-			MaxRecvWR: 4096, StrictRetryCount: o.strict, QPType: o.typ})
+			MaxRecvWR: 4096, StrictRetryCount: o.strict, QPType: o.typ, SRQ: srq})
 		require.NoError(t, err)
 		w.qp[i] = q
 		w.enc[i] = bth.Encap{Src: addr[i], Dst: addr[1-i], SrcPort: bth.SourcePort(0, qpn[i], qpn[1-i])}
