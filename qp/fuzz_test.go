@@ -124,7 +124,7 @@ func fuzzQP(t *testing.T, typ QPType, in []byte) {
 			for i, op := range []WROpcode{IBV_WR_SEND, IBV_WR_SEND_WITH_IMM, IBV_WR_SEND} {
 				n := []int{100, 1024, 0}[i]
 				must(q.PostSend(SendWR{WRID: uint64(i), Opcode: op, Flags: IBV_SEND_SIGNALED, SGEs: []SGE{lmr.SGE(i*1024%4096, n)},
-					AH: av, RemoteQPN: 0x22 + uint32(i), RemoteQKey: uint32(i) << 31}))
+					AH: &av, RemoteQPN: 0x22 + uint32(i), RemoteQKey: uint32(i) << 31}))
 			}
 		}
 		for i := range 3 {

@@ -156,9 +156,10 @@ var (
 	ErrBadWR         = errors.New("qp: invalid work request")
 )
 
-// QP is a Reliable Connected queue pair: a requester (the send queue) and
-// its completer, and a responder (the receive queue), sharing a PSN space
-// with one remote QP. The QP holds the state machine, the attributes and
+// QP is a queue pair of one transport service (RC, UC or UD): a requester
+// (the send queue) and its completer, and a responder (the receive queue);
+// RC and UC share a PSN space with one remote QP, UD addresses each
+// message. The QP holds the state machine, the attributes and
 // the verbs entry points, and dispatches packets and timers to its
 // halves; what depends on the transport service goes through its service
 // (service.go). See the package comment for how a driver runs it.
@@ -658,7 +659,7 @@ func (q *QP) Remote() (uint32, AddressVector) { return q.attr.DestQPN, q.attr.AV
 // (SendWR.RemoteQPN and AH), for RC and UC what Remote returns.
 func (q *QP) SentTo() (uint32, AddressVector) {
 	if q.ud && q.req.last != nil {
-		return q.req.last.wr.RemoteQPN, q.req.last.wr.AH
+		return q.req.last.wr.RemoteQPN, *q.req.last.wr.AH
 	}
 	return q.attr.DestQPN, q.attr.AV
 }

@@ -22,10 +22,10 @@ type SendWR struct {
 	CompareAdd     uint64 // compare value (CMP_AND_SWP) or addend (FETCH_AND_ADD)
 	Swap           uint64 // swap value (CMP_AND_SWP)
 	// UD (ibv_send_wr.wr.ud): where the message goes. AH is the address
-	// handle's address vector, RemoteQPN the destination QP, RemoteQKey
-	// the Q_Key the DETH carries; one with the high bit set means the
-	// QP's own Q_Key (IBTA 10.2.5 C10-15, as rxe).
-	AH         AddressVector
+	// handle's address vector (copied at post time), RemoteQPN the
+	// destination QP, RemoteQKey the Q_Key the DETH carries; one with the
+	// high bit set means the QP's own Q_Key (IBTA 10.2.5 C10-15, as rxe).
+	AH         *AddressVector
 	RemoteQPN  uint32
 	RemoteQKey uint32
 }
@@ -113,9 +113,11 @@ func (r *requester) post(wr SendWR) error {
 		if w.length > q.attr.PathMTU.Bytes() {
 			return fmt.Errorf("%w: a UD message of %d bytes is over the MTU of %d", ErrBadWR, w.length, q.attr.PathMTU.Bytes())
 		}
-		if !wr.AH.Remote.Addr().IsValid() || wr.RemoteQPN > 0xFFFFFF {
+		if wr.AH == nil || !wr.AH.Remote.Addr().IsValid() || wr.RemoteQPN > 0xFFFFFF {
 			return fmt.Errorf("%w: a UD work request needs an address handle and a 24-bit remote QPN", ErrBadWR)
 		}
+		ah := *wr.AH
+		w.wr.AH = &ah
 	}
 	if n := packets(w.length, q.attr.PathMTU); n > MaxMessagePSNs {
 		return fmt.Errorf("%w: a %d-byte message needs %d PSNs at path MTU %d, more than %d", ErrBadWR, w.length, n, q.attr.PathMTU.Bytes(), MaxMessagePSNs)

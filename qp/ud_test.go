@@ -45,7 +45,7 @@ func newUDHost(t *testing.T, dev *Device, addr string, qpn, qkey uint32, srq *SR
 func (h *udHost) send(t *testing.T, wrid uint64, data []byte, to netip.Addr, qpn, qkey uint32, imm bool) error {
 	copy(h.mr.Buf[2048:], data)
 	wr := SendWR{WRID: wrid, Opcode: IBV_WR_SEND, SGEs: []SGE{h.mr.SGE(2048, len(data))},
-		AH: AddressVector{Remote: netip.AddrPortFrom(to, 4791)}, RemoteQPN: qpn, RemoteQKey: qkey}
+		AH: &AddressVector{Remote: netip.AddrPortFrom(to, 4791)}, RemoteQPN: qpn, RemoteQKey: qkey}
 	if imm {
 		wr.Opcode, wr.ImmData = IBV_WR_SEND_WITH_IMM, 0x01020304
 	}
@@ -240,7 +240,7 @@ func TestUDMessageSize(t *testing.T) {
 	require.NoError(t, dev.SetActiveMTU(IBV_MTU_4096))
 	big := newUDHost(t, dev, "192.0.2.1", 0x12, 1, nil)
 	assert.Equal(t, IBV_MTU_4096, big.q.Attr().PathMTU)
-	wr := SendWR{Opcode: IBV_WR_SEND, SGEs: []SGE{big.mr.SGE(0, 4096)}, AH: AddressVector{Remote: netip.AddrPortFrom(to, 0)}, RemoteQPN: 0x22}
+	wr := SendWR{Opcode: IBV_WR_SEND, SGEs: []SGE{big.mr.SGE(0, 4096)}, AH: &AddressVector{Remote: netip.AddrPortFrom(to, 0)}, RemoteQPN: 0x22}
 	require.NoError(t, big.q.PostSend(wr))
 	wr.SGEs = []SGE{big.mr.SGE(0, 2048), big.mr.SGE(0, 2049)}
 	assert.ErrorIs(t, big.q.PostSend(wr), ErrBadWR)
@@ -345,4 +345,17 @@ func TestUDTransitions(t *testing.T) {
 	assert.ErrorIs(t, q.Modify(&Attr{State: IBV_QPS_RTS}, IBV_QP_STATE|IBV_QP_SQ_PSN|IBV_QP_TIMEOUT), ErrBadTransition)
 	require.NoError(t, q.Modify(&Attr{State: IBV_QPS_RTS, SQPSN: 9}, IBV_QP_STATE|IBV_QP_SQ_PSN))
 	assert.Equal(t, "STATE|QKEY", (IBV_QP_STATE | IBV_QP_QKEY).String())
+}
+
+// The address handle is copied at post time: the caller may reuse it.
+func TestUDAddressCopied(t *testing.T) {
+	a := newUDHost(t, NewDevice(), "192.0.2.1", 0x11, 1, nil)
+	av := &AddressVector{Remote: netip.MustParseAddrPort("192.0.2.2:4791"), TrafficClass: 0x10}
+	require.NoError(t, a.q.PostSend(SendWR{Opcode: IBV_WR_SEND, AH: av, RemoteQPN: 0x22}))
+	av.Remote = netip.MustParseAddrPort("192.0.2.9:4791")
+	var p bth.Packet
+	require.True(t, a.q.NextPacket(time.Time{}, &p))
+	qpn, got := a.q.SentTo()
+	assert.Equal(t, uint32(0x22), qpn)
+	assert.Equal(t, AddressVector{Remote: netip.MustParseAddrPort("192.0.2.2:4791"), TrafficClass: 0x10}, got)
 }
