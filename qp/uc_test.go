@@ -189,3 +189,32 @@ func TestUCVerbs(t *testing.T) {
 	require.NoError(t, q.Modify(rts, IBV_QP_STATE|IBV_QP_SQ_PSN))
 	assert.Equal(t, IBV_QPS_RTS, q.State())
 }
+
+// A receive WQE whose buffer is gone is a local error on UC and UD as on
+// RC: the WQE completes with IBV_WC_LOC_PROT_ERR and the QP moves to ERR,
+// but nothing is sent back.
+func TestUnreliableLocalProtectionError(t *testing.T) {
+	for _, typ := range []QPType{IBV_QPT_UC, IBV_QPT_UD} {
+		t.Run(typ.String(), func(t *testing.T) {
+			d := newDropQPType(t, typ)
+			buf, err := d.q.PD().RegMR(make([]byte, 128), IBV_ACCESS_LOCAL_WRITE)
+			require.NoError(t, err)
+			require.NoError(t, d.q.PostRecv(RecvWR{WRID: 4, SGEs: []SGE{buf.SGE(0, 128)}}))
+			require.NoError(t, d.q.PD().DeregMR(buf))
+			p := pkt(bth.UCSendOnly, 0x200)
+			if typ == IBV_QPT_UD {
+				p = pkt(bth.UDSendOnly, 0)
+				p.DETH = bth.DETH{QKey: dropQKey, SrcQP: 0x33}
+			}
+			p.Payload = []byte("data")
+			d.feed(p)
+			wc := make([]WC, 2)
+			require.Equal(t, 1, d.q.rcq.Poll(wc))
+			assert.Equal(t, IBV_WC_LOC_PROT_ERR, wc[0].Status)
+			assert.Equal(t, uint64(4), wc[0].WRID)
+			assert.Equal(t, IBV_QPS_ERR, d.q.State())
+			var out bth.Packet
+			assert.False(t, d.q.NextPacket(d.now, &out), "no NAK from an unreliable QP")
+		})
+	}
+}

@@ -127,8 +127,12 @@ func (ucService) noReceiveWQE(r *responder, psn bth.PSN) {
 func (ucService) reject(r *responder, psn bth.PSN, s bth.Syndrome, status WCStatus) {
 	if status == IBV_WC_LOC_PROT_ERR {
 		// The receive WQE itself is bad: a local error, fatal to the QP
-		// whatever the service (rxe's class A).
-		rcService{}.reject(r, psn, s, status)
+		// whatever the service (rxe's class A), but with no NAK to send.
+		if c := r.cur; c != nil {
+			r.q.rcq.push(WC{WRID: c.wr.WRID, Status: status, Opcode: IBV_WC_RECV, QPNum: r.q.QPN})
+			r.cur = nil
+		}
+		r.q.toError()
 		return
 	}
 	r.q.Counters.DroppedMsgPkts++
