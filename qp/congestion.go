@@ -66,7 +66,8 @@ func (q *QP) notify(now time.Time, ecn bth.ECN) {
 		return
 	}
 	q.Counters.NPECNMarked++
-	if q.cc != nil && q.cc.np.OnMarked(now) {
+	// A UD QP has no one peer to notify: it counts the marks only.
+	if q.cc != nil && !q.ud && q.cc.np.OnMarked(now) {
 		q.cc.cnpDue = true
 	}
 }

@@ -34,7 +34,7 @@ type Counters struct {
 	ReservedSyndrome      uint64 `json:"aeth_reserved_syndrome"`  // drop: an AETH with the reserved syndrome kind (IBTA Table 43)
 
 	// Responder.
-	OutOfSequence       uint64 `json:"out_of_sequence"`       // mlx5 (rxe out_of_seq_request): drop: a request with a PSN ahead of the expected one (the first of a gap is NAKed)
+	OutOfSequence       uint64 `json:"out_of_sequence"`       // mlx5 (rxe out_of_seq_request): drop: a request with a PSN ahead of the expected one (RC: the first of a gap is NAKed; UC: a Middle/Last after a gap, which abandons its message)
 	DuplicateRequest    uint64 `json:"duplicate_request"`     // mlx5, rxe: requests with a PSN already seen (answered again, or dropped as below)
 	DuplicateNoResource uint64 `json:"duplicate_no_resource"` // drop: a duplicate READ or atomic that matches no remembered responder resource (IBTA class D, rxe drops it)
 	SendRNRErr          uint64 `json:"send_rnr_err"`          // rxe: RNR NAKs sent
@@ -47,6 +47,10 @@ type Counters struct {
 	RxWriteRequests     uint64 `json:"rx_write_requests"`
 	RxAtomicRequests    uint64 `json:"rx_atomic_requests"`
 	RxSendRequests      uint64 `json:"rx_send_requests"`
+	// UC and UD.
+	OutOfBuffer    uint64 `json:"out_of_buffer"`    // mlx5: drop: a UC or UD message with no receive WQE posted (RC sends an RNR NAK instead)
+	DroppedMsgPkts uint64 `json:"dropped_msg_pkts"` // drop: UC/UD: a request the responder cannot execute (its cause counted in a Resp* counter), and the rest of a UC message abandoned after it or after a PSN gap, up to the next First/Only
+	QKeyViolations uint64 `json:"qkey_violations"`  // drop: a UD packet whose DETH Q_Key is not the QP's (IBTA 10.2.5; PortCounters have no such counter, rxe drops it uncounted)
 
 	// DCQCN (names as mlx5's).
 	NPECNMarked  uint64 `json:"np_ecn_marked_roce_packets"` // CE-marked packets received as the data's target
@@ -65,5 +69,6 @@ type Counters struct {
 func (c Counters) Drops() uint64 {
 	return c.ImpliedNakSeqErr + c.ImpliedNakDuringRetry + c.DuplicateResponse + c.UnexpectedResponse +
 		c.ResponseMismatch + c.ReadResponseMalformed + c.ReservedSyndrome + c.OutOfSequence +
-		c.DuplicateNoResource + c.RespQueueFull + c.RPCNPIgnored + c.OpcodeErr + c.PKeyViolations + c.QPStateErr
+		c.DuplicateNoResource + c.RespQueueFull + c.RPCNPIgnored + c.OpcodeErr + c.PKeyViolations + c.QPStateErr +
+		c.OutOfBuffer + c.DroppedMsgPkts + c.QKeyViolations
 }

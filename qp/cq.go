@@ -1,10 +1,15 @@
 package qp
 
+import "net/netip"
+
 // WCFlags are ibv_wc_flags.
 type WCFlags uint8
 
 // Work completion flags.
 const (
+	// IBV_WC_GRH: the first GRHLen bytes of the receive buffer hold the
+	// packet's network header (UD receives; see RecvInfo).
+	IBV_WC_GRH      WCFlags = 1
 	IBV_WC_WITH_IMM WCFlags = 2
 	IBV_WC_WITH_INV WCFlags = 4
 )
@@ -22,7 +27,20 @@ type WC struct {
 	InvalidatedRKey uint32
 	Flags           WCFlags
 	QPNum           uint32
-	SrcQP           uint32
+	// SrcQP is the remote QP: the connected one for RC and UC, the DETH's
+	// source QPN for UD (ibv_wc.src_qp).
+	SrcQP uint32
+	// PKeyIndex, SLID, SL and DLIDPathBits are ibv_wc's; on RoCEv2 they
+	// are 0, as rxe reports them (one P_Key at index 0, no LIDs, the SL
+	// not carried).
+	PKeyIndex    uint16
+	SLID         uint16
+	SL           uint8
+	DLIDPathBits uint8
+	// SrcAddr is, for a UD receive, the sender's IP address and UDP port
+	// from RecvInfo (ibv_wc has none: verbs programs read it from the GRH
+	// or with ibv_init_ah_from_wc); invalid when not known.
+	SrcAddr netip.AddrPort
 }
 
 // CQ is a completion queue with room for a fixed number of completions.

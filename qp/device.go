@@ -15,10 +15,75 @@ import (
 // is not safe for concurrent use: a driver serialises calls on the device,
 // its PDs and its QPs (package transport holds the Endpoint's lock).
 type Device struct {
-	keySeq  uint32
-	nextVA  uint64
-	nextQPN uint32
-	qpns    map[uint32]*QP
+	keySeq    uint32
+	nextVA    uint64
+	nextQPN   uint32
+	qpns      map[uint32]*QP
+	activeMTU MTU
+	events    []AsyncEvent
+	// EventOverruns counts asynchronous events lost because MaxEvents
+	// were waiting unread.
+	EventOverruns uint64
+}
+
+// EventType is an asynchronous event type, as ibv_event_type (the values
+// are rdma-core's).
+type EventType uint8
+
+// Asynchronous event types this package raises.
+const (
+	IBV_EVENT_SRQ_LIMIT_REACHED EventType = 15
+)
+
+// String returns the name without the IBV_EVENT_ prefix.
+func (t EventType) String() string {
+	if t == IBV_EVENT_SRQ_LIMIT_REACHED {
+		return "SRQ_LIMIT_REACHED"
+	}
+	return fmt.Sprintf("EventType(%d)", uint8(t))
+}
+
+// AsyncEvent is an asynchronous event of a device, as ibv_async_event:
+// its type and the object it concerns.
+type AsyncEvent struct {
+	Type EventType
+	SRQ  *SRQ // IBV_EVENT_SRQ_LIMIT_REACHED
+}
+
+// MaxEvents bounds the asynchronous events a device keeps unread.
+const MaxEvents = 256
+
+// PollEvents moves up to len(out) unread asynchronous events into out,
+// oldest first, and returns how many (ibv_get_async_event without the
+// wait: a driver polls after the calls that may raise one, HandlePacket
+// among them).
+func (d *Device) PollEvents(out []AsyncEvent) int {
+	n := copy(out, d.events)
+	d.events = append(d.events[:0], d.events[n:]...)
+	return n
+}
+
+func (d *Device) raise(ev AsyncEvent) {
+	if len(d.events) >= MaxEvents {
+		d.EventOverruns++
+		return
+	}
+	d.events = append(d.events, ev)
+}
+
+// ActiveMTU returns the port's active MTU (ibv_port_attr.active_mtu),
+// which bounds UD messages: IBV_MTU_1024 unless SetActiveMTU changed it,
+// what rxe reports on a 1500-byte Ethernet link.
+func (d *Device) ActiveMTU() MTU { return d.activeMTU }
+
+// SetActiveMTU sets the port's active MTU; UD QPs created afterwards
+// take it as their MTU.
+func (d *Device) SetActiveMTU(m MTU) error {
+	if m.Bytes() == 0 {
+		return fmt.Errorf("%w: MTU code %d (1=256 ... 5=4096)", ErrBadAttr, m)
+	}
+	d.activeMTU = m
+	return nil
 }
 
 // firstVA is where memory regions are placed: an address of the shape a
@@ -36,7 +101,7 @@ var ErrQPNInUse = errors.New("qp: QPN already in use on this device")
 
 // NewDevice returns a device with no QPs and no memory regions.
 func NewDevice() *Device {
-	return &Device{nextVA: firstVA, nextQPN: firstQPN, qpns: map[uint32]*QP{}}
+	return &Device{nextVA: firstVA, nextQPN: firstQPN, qpns: map[uint32]*QP{}, activeMTU: IBV_MTU_1024}
 }
 
 // NewPD returns an empty protection domain of d (ibv_alloc_pd).

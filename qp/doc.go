@@ -1,12 +1,14 @@
-// Package qp implements InfiniBand Reliable Connected queue pairs as RoCEv2
-// carries them (IBTA Vol. 1 chapters 9 and 10, Annex A17), with Linux
-// soft-RoCE (drivers/infiniband/sw/rxe) as the reference for behaviour the
+// Package qp implements InfiniBand Reliable Connected, Unreliable
+// Connected and Unreliable Datagram queue pairs as RoCEv2 carries them
+// (IBTA Vol. 1 chapters 9 and 10, Annex A17), with Linux soft-RoCE
+// (drivers/infiniband/sw/rxe) as the reference for behaviour the
 // specification leaves open.
 //
 // The package is sans-IO: it never reads a clock, sleeps or starts a
 // goroutine. Every event takes the current time as an argument:
 //
-//   - QP.HandlePacket(now, pkt, ecn) feeds a received packet;
+//   - QP.HandlePacket(now, pkt, ecn) feeds a received packet, or
+//     QP.HandleReceived(now, pkt, info) with its IP and UDP headers' facts;
 //   - QP.NextPacket(now, out) hands out the next packet to transmit;
 //   - QP.Deadline() reports when the QP next needs QP.HandleTimeout(now).
 //
@@ -40,18 +42,26 @@
 // check, and acknowledgement (AckReq and the ACK timer at the requester;
 // ACK, RNR NAK and NAK-and-ERR at the responder).
 //
-// Unreliable Connected and Unreliable Datagram plug in as second
-// implementations of service, chosen in New from a service type in
-// InitAttr (ibv_qp_init_attr.qp_type). A UC service's opcodes table holds
-// the UC class (0x20-0x3F: SEND and RDMA WRITE only) and its postable
-// refuses READ and atomics; its outOfSequence abandons the message in
-// progress on a gap and resynchronises on the next First/Only instead of
-// NAKing (as rxe's check_psn does for IB_QPT_UC); its requestSent
-// completes a WQE when its last packet leaves, so the completer never
-// runs; its ackRequested, noReceiveWQE and reject send nothing (a missing
-// receive WQE or a bad request drops the message). UD adds the DETH
-// (Q_Key, source QPN), one-packet messages and an address vector per work
-// request on top of that. The halves and the counters stay as they are.
+// Unreliable Connected and Unreliable Datagram are the other two
+// implementations of service (unreliable.go), chosen in New from
+// InitAttr.QPType (ibv_qp_init_attr.qp_type). A UC service's opcode table
+// holds the UC class (0x20-0x3F: SEND and RDMA WRITE only) and its
+// postable refuses READ and atomics; its outOfSequence abandons the
+// message in progress on a gap and resynchronises on the next First/Only
+// instead of NAKing (as rxe's check_psn does for IB_QPT_UC); its
+// requestSent completes a WQE when its last packet leaves, so the
+// completer never runs; its ackRequested sends nothing, and noReceiveWQE
+// and reject drop the message (a receive WQE already begun goes back to
+// its queue). UD adds to that the DETH (Q_Key, source QPN), one-packet
+// messages of at most the MTU, an address per work request (SendWR.AH,
+// RemoteQPN, RemoteQKey; QP.SentTo tells a driver where each packet
+// goes), PSNs that are not checked, and the GRH slot at the start of each
+// receive buffer, rebuilt from the RecvInfo a driver passes to
+// QP.HandleReceived (ud.go). QP1, the GSI QP, is a UD QP with QPN 1.
+//
+// A QP created with an SRQ (srq.go) takes its receive WQEs from it; the
+// SRQ's limit event goes to its Device's asynchronous event queue
+// (Device.PollEvents).
 //
 // Every packet a QP drops is counted in exactly one counter named for its
 // cause (see Counters and Counters.Drops).

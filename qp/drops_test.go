@@ -28,6 +28,9 @@ func dropCounters(c *Counters) map[string]uint64 {
 		"rx_opcode_err":            c.OpcodeErr,
 		"pkey_violations":          c.PKeyViolations,
 		"rx_qp_state_err":          c.QPStateErr,
+		"out_of_buffer":            c.OutOfBuffer,
+		"dropped_msg_pkts":         c.DroppedMsgPkts,
+		"qkey_violations":          c.QKeyViolations,
 	}
 }
 
@@ -58,14 +61,35 @@ type dropQP struct {
 	now time.Time
 }
 
-func newDropQP(t *testing.T) *dropQP {
+func newDropQP(t *testing.T) *dropQP { return newDropQPType(t, IBV_QPT_RC) }
+
+// dropQKey is the Q_Key of newDropQPType's UD QP.
+const dropQKey = 0x11111111
+
+// newDropQPType is newDropQP for a QP of type typ: UC in RTS with the same
+// PSNs, UD in RTS with Q_Key dropQKey.
+func newDropQPType(t *testing.T, typ QPType) *dropQP {
 	pd := NewDevice().NewPD()
 	cq := NewCQ(4096)
-	q, err := New(InitAttr{PD: pd, SendCQ: cq, RecvCQ: cq, QPN: 0x11})
+	q, err := New(InitAttr{PD: pd, SendCQ: cq, RecvCQ: cq, QPN: 0x11, QPType: typ})
 	require.NoError(t, err)
 	all := IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
 	mr, err := pd.RegMR(make([]byte, 4096), all)
 	require.NoError(t, err)
+	switch typ {
+	case IBV_QPT_UC:
+		require.NoError(t, q.Modify(&Attr{State: IBV_QPS_INIT, AccessFlags: all}, IBV_QP_STATE|IBV_QP_ACCESS_FLAGS))
+		require.NoError(t, q.Modify(&Attr{State: IBV_QPS_RTR, PathMTU: IBV_MTU_1024, DestQPN: 0x22, RQPSN: 0x200,
+			AV: AddressVector{Remote: netip.MustParseAddrPort("192.0.2.2:4791")}},
+			IBV_QP_STATE|IBV_QP_AV|IBV_QP_PATH_MTU|IBV_QP_DEST_QPN|IBV_QP_RQ_PSN))
+		require.NoError(t, q.Modify(&Attr{State: IBV_QPS_RTS, SQPSN: 0x100}, IBV_QP_STATE|IBV_QP_SQ_PSN))
+		return &dropQP{q: q, mr: mr, now: time.Unix(1700000000, 0)}
+	case IBV_QPT_UD:
+		require.NoError(t, q.Modify(&Attr{State: IBV_QPS_INIT, QKey: dropQKey}, IBV_QP_STATE|IBV_QP_QKEY))
+		require.NoError(t, q.Modify(&Attr{State: IBV_QPS_RTR}, IBV_QP_STATE))
+		require.NoError(t, q.Modify(&Attr{State: IBV_QPS_RTS, SQPSN: 0x100}, IBV_QP_STATE|IBV_QP_SQ_PSN))
+		return &dropQP{q: q, mr: mr, now: time.Unix(1700000000, 0)}
+	}
 	require.NoError(t, q.Modify(&Attr{State: IBV_QPS_INIT, AccessFlags: all}, IBV_QP_STATE|IBV_QP_ACCESS_FLAGS))
 	require.NoError(t, q.Modify(&Attr{State: IBV_QPS_RTR, PathMTU: IBV_MTU_1024, DestQPN: 0x22, RQPSN: 0x200,
 		MaxDestRdAtomic: 4, MinRNRTimer: 1, AV: AddressVector{Remote: netip.MustParseAddrPort("192.0.2.2:4791")}},
@@ -98,12 +122,17 @@ func ack(psn bth.PSN, s bth.Syndrome) bth.Packet {
 // Every place the QP drops a packet (or a response it cannot queue)
 // counts it in exactly one drop counter, its own.
 func TestDropCauses(t *testing.T) {
-	cases := []struct {
+	recv := func(t *testing.T, d *dropQP) {
+		require.NoError(t, d.q.PostRecv(RecvWR{WRID: 1, SGEs: []SGE{d.mr.SGE(0, 4096)}}))
+	}
+	withPayload := func(p bth.Packet, n int) bth.Packet { p.Payload = make([]byte, n); return p }
+	type dropCase struct {
 		name  string // the counter's JSON name
 		why   string
 		setup func(t *testing.T, d *dropQP)
 		drop  func() bth.Packet
-	}{
+	}
+	cases := []dropCase{
 		{"rx_opcode_err", "a UC opcode at an RC QP (the service's opcode class)", nil,
 			func() bth.Packet { p := pkt(bth.UCSendOnly, 0x200); p.Payload = []byte("uc"); return p }},
 		{"rx_opcode_err", "an opcode no service has", nil, func() bth.Packet { return pkt(0x1F, 0x200) }},
@@ -189,10 +218,71 @@ func TestDropCauses(t *testing.T) {
 			},
 			func() bth.Packet { return ack(0x101, bth.SyndromeACKNoCredits) }},
 	}
-	covered := map[string]bool{}
+	// The same for UC and UD QPs.
+	typed := []struct {
+		dropCase
+		typ QPType
+	}{
+		{dropCase{"out_of_buffer", "a UC SEND with no receive WQE", nil,
+			func() bth.Packet { return withPayload(pkt(bth.UCSendOnly, 0x200), 8) }}, IBV_QPT_UC},
+		{dropCase{"out_of_buffer", "a UD SEND with no receive WQE", nil,
+			func() bth.Packet {
+				p := withPayload(pkt(bth.UDSendOnly, 0), 8)
+				p.DETH = bth.DETH{QKey: dropQKey, SrcQP: 0x33}
+				return p
+			}}, IBV_QPT_UD},
+		{dropCase{"out_of_sequence", "a UC SEND Last after a gap", recv,
+			func() bth.Packet { return withPayload(pkt(bth.UCSendLast, 0x203), 8) }}, IBV_QPT_UC},
+		{dropCase{"dropped_msg_pkts", "a UC WRITE with an R_Key that names nothing", nil,
+			func() bth.Packet {
+				p := withPayload(pkt(bth.UCWriteOnly, 0x200), 8)
+				p.RETH = bth.RETH{VA: 0x7f0000000000, RKey: 0x999, DMALength: 8}
+				return p
+			}}, IBV_QPT_UC},
+		{dropCase{"dropped_msg_pkts", "a UC SEND Middle of a message abandoned after a gap",
+			func(t *testing.T, d *dropQP) {
+				recv(t, d)
+				d.feed(withPayload(pkt(bth.UCSendFirst, 0x200), 1024))
+				d.feed(withPayload(pkt(bth.UCSendMiddle, 0x202), 1024))
+				require.Equal(t, uint64(1), d.q.Counters.OutOfSequence)
+				require.Equal(t, 1, d.q.RecvQueued(), "the receive WQE went back to the queue")
+			},
+			func() bth.Packet { return withPayload(pkt(bth.UCSendMiddle, 0x203), 1024) }}, IBV_QPT_UC},
+		{dropCase{"dropped_msg_pkts", "a UD SEND longer than the receive buffer",
+			func(t *testing.T, d *dropQP) {
+				require.NoError(t, d.q.PostRecv(RecvWR{WRID: 1, SGEs: []SGE{d.mr.SGE(0, GRHLen+4)}}))
+			},
+			func() bth.Packet {
+				p := withPayload(pkt(bth.UDSendOnly, 0), 8)
+				p.DETH = bth.DETH{QKey: dropQKey, SrcQP: 0x33}
+				return p
+			}}, IBV_QPT_UD},
+		{dropCase{"qkey_violations", "a UD SEND with another Q_Key", recv,
+			func() bth.Packet {
+				p := withPayload(pkt(bth.UDSendOnly, 0), 8)
+				p.DETH = bth.DETH{QKey: dropQKey + 1, SrcQP: 0x33}
+				return p
+			}}, IBV_QPT_UD},
+		{dropCase{"rx_opcode_err", "an RC SEND at a UC QP", recv,
+			func() bth.Packet { return withPayload(pkt(bth.RCSendOnly, 0x200), 8) }}, IBV_QPT_UC},
+		{dropCase{"rx_opcode_err", "a UC SEND at a UD QP", recv,
+			func() bth.Packet { return withPayload(pkt(bth.UCSendOnly, 0x200), 8) }}, IBV_QPT_UD},
+	}
+	all := make([]struct {
+		dropCase
+		typ QPType
+	}, 0, len(cases)+len(typed))
 	for _, c := range cases {
-		t.Run(c.name+"/"+c.why, func(t *testing.T) {
-			d := newDropQP(t)
+		all = append(all, struct {
+			dropCase
+			typ QPType
+		}{c, IBV_QPT_RC})
+	}
+	all = append(all, typed...)
+	covered := map[string]bool{}
+	for _, c := range all {
+		t.Run(c.typ.String()+"/"+c.name+"/"+c.why, func(t *testing.T) {
+			d := newDropQPType(t, c.typ)
 			if c.setup != nil {
 				c.setup(t, d)
 			}

@@ -30,6 +30,7 @@ type wire struct {
 	drop func(from int, p *bth.Packet) bool
 	sent [2]int
 	seen []seenPkt
+	srq  *SRQ // QP 1's, when pairOpts.srqWR is set
 	// psnOp remembers the request opcode each PSN was first sent with: a
 	// retransmission must reuse it (two messages sharing a PSN is a bug).
 	psnOp [2]map[bth.PSN]bth.Opcode
@@ -60,6 +61,8 @@ type pairOpts struct {
 	rdAtomic  uint8
 	strict    bool
 	sendDepth int
+	typ       QPType // 0: RC; UC takes the same PSNs and MTU
+	srqWR     int    // > 0: QP 1 receives from an SRQ of this depth (wire.srq)
 }
 
 func defaultOpts() pairOpts {
@@ -76,14 +79,29 @@ func newWire(t testing.TB, o pairOpts) *wire {
 	for i := range 2 {
 		w.pd[i] = NewDevice().NewPD() // one device per side, as two hosts
 		w.cq[i] = NewCQ(1 << 16)
+		var srq *SRQ
+		if i == 1 && o.srqWR > 0 {
+			var err error
+			srq, err = w.pd[i].NewSRQ(SRQInitAttr{MaxWR: o.srqWR, MaxSGE: 2})
+			require.NoError(t, err)
+			w.srq = srq
+		}
 		q, err := New(InitAttr{PD: w.pd[i], SendCQ: w.cq[i], RecvCQ: w.cq[i], QPN: qpn[i], MaxSendWR: max(o.sendDepth, 4096),
-			MaxRecvWR: 4096, StrictRetryCount: o.strict})
+			MaxRecvWR: 4096, StrictRetryCount: o.strict, QPType: o.typ, SRQ: srq})
 		require.NoError(t, err)
 		w.qp[i] = q
 		w.enc[i] = bth.Encap{Src: addr[i], Dst: addr[1-i], SrcPort: bth.SourcePort(0, qpn[i], qpn[1-i])}
 	}
 	for i := range 2 {
 		q := w.qp[i]
+		if o.typ == IBV_QPT_UC {
+			require.NoError(t, q.Modify(&Attr{State: IBV_QPS_INIT, AccessFlags: o.access}, IBV_QP_STATE|IBV_QP_ACCESS_FLAGS))
+			require.NoError(t, q.Modify(&Attr{State: IBV_QPS_RTR, PathMTU: o.mtu, DestQPN: qpn[1-i], RQPSN: psn[1-i],
+				AV: AddressVector{Remote: netip.AddrPortFrom(addr[1-i], 4791)}},
+				IBV_QP_STATE|IBV_QP_AV|IBV_QP_PATH_MTU|IBV_QP_DEST_QPN|IBV_QP_RQ_PSN))
+			require.NoError(t, q.Modify(&Attr{State: IBV_QPS_RTS, SQPSN: psn[i]}, IBV_QP_STATE|IBV_QP_SQ_PSN))
+			continue
+		}
 		require.NoError(t, q.Modify(&Attr{State: IBV_QPS_INIT, AccessFlags: o.access}, IBV_QP_STATE|IBV_QP_ACCESS_FLAGS))
 		require.NoError(t, q.Modify(&Attr{State: IBV_QPS_RTR, PathMTU: o.mtu, DestQPN: qpn[1-i], RQPSN: psn[1-i],
 			MaxDestRdAtomic: o.rdAtomic, MinRNRTimer: o.minRNR, AV: AddressVector{Remote: netip.AddrPortFrom(addr[1-i], 4791)}},

@@ -39,9 +39,18 @@ type InitAttr struct {
 	PD     *PD
 	SendCQ *CQ
 	RecvCQ *CQ
+	// QPType is the transport service: IBV_QPT_RC (also the zero value),
+	// IBV_QPT_UC or IBV_QPT_UD.
+	QPType QPType
+	// SRQ, when set, is where the QP takes its receive WQEs from
+	// (ibv_qp_init_attr.srq); QP.PostRecv then fails and MaxRecvWR is
+	// ignored. It must belong to the same device as PD.
+	SRQ *SRQ
 	// QPN is the QP number: 0 lets the PD's device allocate the next free
 	// one (from 0x11 up, as rxe); otherwise 2..0xFFFFFF and not in use on
-	// the device.
+	// the device. QPN 1 makes the device's GSI QP (QP1, IBTA 3.5.1 and
+	// 13.5.1): a UD QP whose Q_Key is always bth.GSIQKey, for the
+	// communication manager's MADs.
 	QPN       uint32
 	MaxSendWR int  // send queue depth; 0 means 256
 	MaxRecvWR int  // receive queue depth; 0 means 256
@@ -85,7 +94,11 @@ type Attr struct {
 	MaxDestRdAtomic uint8   // READ/atomic requests remembered as responder
 	AccessFlags     Access  // remote operations the responder allows (REMOTE_*)
 	PKey            uint16  // partition key; 0 means 0xFFFF
-	AV              AddressVector
+	// QKey is a UD QP's Q_Key (IBTA 10.2.5): what arriving packets' DETH
+	// must carry, and what a work request whose RemoteQKey has the high
+	// bit set sends. QP1's is always bth.GSIQKey.
+	QKey uint32
+	AV   AddressVector
 }
 
 // AttrMask says which Attr fields Modify applies, as ibv_qp_attr_mask.
@@ -97,6 +110,7 @@ const (
 	IBV_QP_ACCESS_FLAGS       AttrMask = 1 << 3
 	IBV_QP_PKEY_INDEX         AttrMask = 1 << 4
 	IBV_QP_PORT               AttrMask = 1 << 5
+	IBV_QP_QKEY               AttrMask = 1 << 6
 	IBV_QP_AV                 AttrMask = 1 << 7
 	IBV_QP_PATH_MTU           AttrMask = 1 << 8
 	IBV_QP_TIMEOUT            AttrMask = 1 << 9
@@ -113,10 +127,11 @@ const (
 // transition lists, for one state change, the attributes it requires and
 // those it allows (IBTA 11.2.4.2 Table 91 for RC, as Linux's
 // ib_modify_qp_is_ok; the port and P_Key index are optional here since an
-// emulated device has one port and one P_Key).
+// emulated device has one port and one P_Key). Each service has its table
+// (service.transitions); this one is RC's.
 type transition struct{ req, opt AttrMask }
 
-var transitions = map[[2]State]transition{
+var rcTransitions = map[[2]State]transition{
 	{IBV_QPS_RESET, IBV_QPS_INIT}: {IBV_QP_ACCESS_FLAGS, IBV_QP_PKEY_INDEX | IBV_QP_PORT},
 	{IBV_QPS_INIT, IBV_QPS_INIT}:  {0, IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT},
 	{IBV_QPS_INIT, IBV_QPS_RTR}: {IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
@@ -141,9 +156,10 @@ var (
 	ErrBadWR         = errors.New("qp: invalid work request")
 )
 
-// QP is a Reliable Connected queue pair: a requester (the send queue) and
-// its completer, and a responder (the receive queue), sharing a PSN space
-// with one remote QP. The QP holds the state machine, the attributes and
+// QP is a queue pair of one transport service (RC, UC or UD): a requester
+// (the send queue) and its completer, and a responder (the receive queue);
+// RC and UC share a PSN space with one remote QP, UD addresses each
+// message. The QP holds the state machine, the attributes and
 // the verbs entry points, and dispatches packets and timers to its
 // halves; what depends on the transport service goes through its service
 // (service.go). See the package comment for how a driver runs it.
@@ -161,6 +177,13 @@ type QP struct {
 	destroyed bool
 	Counters  Counters
 
+	typ    QPType
+	srq    *SRQ
+	unrel  bool       // UC or UD: nothing acknowledged
+	ud     bool       // UD: DETH, per-WR addresses, GRH on receive
+	opBase bth.Opcode // the opcode class: RC 0x00, UC 0x20, UD 0x60
+	udMTU  MTU        // UD: the MTU, the device's active MTU at New
+
 	svc  service
 	ops  *[256]*bth.OpInfo // svc.opcodes()
 	req  requester
@@ -177,8 +200,26 @@ func New(init InitAttr) (*QP, error) {
 	if init.PD.dev == nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadAttr, ErrNoDevice)
 	}
-	if init.QPN == 1 || init.QPN > 0xFFFFFF {
-		return nil, fmt.Errorf("%w: QPN %#x (must be 2..0xFFFFFF, or 0 to allocate; 1 is special)", ErrBadAttr, init.QPN)
+	if init.QPType == 0 {
+		init.QPType = IBV_QPT_RC
+	}
+	var svc service
+	var base bth.Opcode
+	switch init.QPType {
+	case IBV_QPT_RC:
+		svc = rcService{}
+	case IBV_QPT_UC:
+		svc, base = ucService{}, bth.Opcode(bth.TransportUC)
+	case IBV_QPT_UD:
+		svc, base = udService{}, bth.Opcode(bth.TransportUD)
+	default:
+		return nil, fmt.Errorf("%w: QP type %d (RC 2, UC 3, UD 4)", ErrBadAttr, init.QPType)
+	}
+	if (init.QPN == 1 && init.QPType != IBV_QPT_UD) || init.QPN > 0xFFFFFF {
+		return nil, fmt.Errorf("%w: QPN %#x (must be 2..0xFFFFFF, or 0 to allocate; 1 is the GSI QP, UD)", ErrBadAttr, init.QPN)
+	}
+	if init.SRQ != nil && (init.SRQ.pd.dev != init.PD.dev || init.SRQ.destroyed) {
+		return nil, fmt.Errorf("%w: the SRQ is destroyed or of another device", ErrBadAttr)
 	}
 	if init.MaxSendWR == 0 {
 		init.MaxSendWR = 256
@@ -190,7 +231,9 @@ func New(init InitAttr) (*QP, error) {
 		return nil, fmt.Errorf("%w: negative queue depth", ErrBadAttr)
 	}
 	q := &QP{pd: init.PD, scq: init.SendCQ, rcq: init.RecvCQ, sigAll: init.SQSigAll,
-		strict: init.StrictRetryCount, maxSend: init.MaxSendWR, maxRecv: init.MaxRecvWR, svc: rcService{}}
+		strict: init.StrictRetryCount, maxSend: init.MaxSendWR, maxRecv: init.MaxRecvWR, svc: svc,
+		typ: init.QPType, srq: init.SRQ, unrel: init.QPType != IBV_QPT_RC, ud: init.QPType == IBV_QPT_UD,
+		opBase: base, udMTU: init.PD.dev.activeMTU}
 	q.ops = q.svc.opcodes()
 	if init.CC != nil {
 		c, err := newCongestion(init.CC, init.CCAlgorithm)
@@ -202,8 +245,26 @@ func New(init InitAttr) (*QP, error) {
 	if err := init.PD.dev.bindQPN(q, init.QPN); err != nil {
 		return nil, err
 	}
+	if q.srq != nil {
+		q.srq.qps++
+	}
 	q.reset()
 	return q, nil
+}
+
+// Type returns the QP's transport service.
+func (q *QP) Type() QPType { return q.typ }
+
+// SRQ returns the shared receive queue the QP receives from, or nil.
+func (q *QP) SRQ() *SRQ { return q.srq }
+
+// qkey is the Q_Key a UD packet must carry to this QP: QP1's is fixed
+// (rxe's check_keys).
+func (q *QP) qkey() uint32 {
+	if q.QPN == 1 {
+		return bth.GSIQKey
+	}
+	return q.attr.QKey
 }
 
 // Destroy releases the QP, as ibv_destroy_qp: its outstanding work
@@ -218,6 +279,9 @@ func (q *QP) Destroy() {
 	q.reset()
 	q.destroyed = true
 	q.pd.dev.releaseQPN(q)
+	if q.srq != nil {
+		q.srq.qps--
+	}
 }
 
 // State returns the current state.
@@ -236,6 +300,12 @@ func (q *QP) PD() *PD { return q.pd }
 func (q *QP) reset() {
 	q.state = IBV_QPS_RESET
 	q.attr = Attr{PathMTU: IBV_MTU_1024, PKey: bth.DefaultPKey}
+	if q.ud {
+		q.attr.PathMTU = q.udMTU
+	}
+	if q.QPN == 1 {
+		q.attr.QKey = bth.GSIQKey
+	}
 	q.req = requester{q: q}
 	q.comp = completer{q: q}
 	q.resp = responder{q: q}
@@ -267,7 +337,7 @@ func (q *QP) Modify(attr *Attr, mask AttrMask) error {
 			return fmt.Errorf("%w: %s -> %s takes no attributes (mask %#x)", ErrBadTransition, from, to, uint32(rest))
 		}
 	default:
-		t, ok := transitions[[2]State{from, to}]
+		t, ok := q.svc.transitions()[[2]State{from, to}]
 		if !ok {
 			return fmt.Errorf("%w: %s -> %s", ErrBadTransition, from, to)
 		}
@@ -280,6 +350,9 @@ func (q *QP) Modify(attr *Attr, mask AttrMask) error {
 	}
 	if err := checkAttr(attr, rest); err != nil {
 		return err
+	}
+	if rest&IBV_QP_QKEY != 0 && q.QPN == 1 && attr.QKey != bth.GSIQKey {
+		return fmt.Errorf("%w: QP1's Q_Key is %#x, not %#x", ErrBadAttr, uint32(bth.GSIQKey), attr.QKey)
 	}
 
 	a := &q.attr
@@ -326,6 +399,9 @@ func (q *QP) Modify(attr *Attr, mask AttrMask) error {
 	}
 	if rest&IBV_QP_PKEY_INDEX != 0 && attr.PKey != 0 {
 		a.PKey = attr.PKey
+	}
+	if rest&IBV_QP_QKEY != 0 {
+		a.QKey = attr.QKey
 	}
 	switch to {
 	case IBV_QPS_RESET:
@@ -379,7 +455,7 @@ func (m AttrMask) String() string {
 		m AttrMask
 		n string
 	}{{IBV_QP_STATE, "STATE"}, {IBV_QP_ACCESS_FLAGS, "ACCESS_FLAGS"}, {IBV_QP_PKEY_INDEX, "PKEY_INDEX"},
-		{IBV_QP_PORT, "PORT"}, {IBV_QP_AV, "AV"}, {IBV_QP_PATH_MTU, "PATH_MTU"}, {IBV_QP_TIMEOUT, "TIMEOUT"},
+		{IBV_QP_PORT, "PORT"}, {IBV_QP_QKEY, "QKEY"}, {IBV_QP_AV, "AV"}, {IBV_QP_PATH_MTU, "PATH_MTU"}, {IBV_QP_TIMEOUT, "TIMEOUT"},
 		{IBV_QP_RETRY_CNT, "RETRY_CNT"}, {IBV_QP_RNR_RETRY, "RNR_RETRY"}, {IBV_QP_RQ_PSN, "RQ_PSN"},
 		{IBV_QP_MAX_QP_RD_ATOMIC, "MAX_QP_RD_ATOMIC"}, {IBV_QP_MIN_RNR_TIMER, "MIN_RNR_TIMER"},
 		{IBV_QP_SQ_PSN, "SQ_PSN"}, {IBV_QP_MAX_DEST_RD_ATOMIC, "MAX_DEST_RD_ATOMIC"}, {IBV_QP_DEST_QPN, "DEST_QPN"}}
@@ -449,7 +525,23 @@ func (q *QP) HandleTimeout(now time.Time) {
 // A packet the service's opcode class, the P_Key or the QP state rules
 // out is dropped and counted, each cause in its own counter (ROCEV2.md
 // section 5, checks 7, 8 and 10; see Counters).
+//
+// A UD QP needs the packet's IP and UDP headers for the GRH of its
+// receive completions: give them with HandleReceived. Given through
+// HandlePacket, a UD receive gets a zeroed GRH slot and no IBV_WC_GRH.
 func (q *QP) HandlePacket(now time.Time, p *bth.Packet, ecn bth.ECN) {
+	q.handle(now, p, ecn, nil)
+}
+
+// HandleReceived is HandlePacket with what the packet's IP and UDP
+// headers said (ri must not be nil; its TOS gives the ECN codepoint). UD
+// QPs fill the GRH slot of receive completions from it; RC and UC QPs
+// treat it as HandlePacket does.
+func (q *QP) HandleReceived(now time.Time, p *bth.Packet, ri *RecvInfo) {
+	q.handle(now, p, bth.ECN(ri.TOS&3), ri)
+}
+
+func (q *QP) handle(now time.Time, p *bth.Packet, ecn bth.ECN, ri *RecvInfo) {
 	q.Counters.ReceivedPackets++
 	op := p.BTH.Opcode
 	if op == bth.CNP {
@@ -491,7 +583,7 @@ func (q *QP) HandlePacket(now time.Time, p *bth.Packet, ecn bth.ECN) {
 			return
 		}
 		q.notify(now, ecn)
-		q.resp.handle(p, info)
+		q.resp.handle(p, info, ri)
 	}
 }
 
@@ -535,25 +627,42 @@ func (q *QP) PostSend(wr SendWR) error {
 }
 
 // PostRecv queues a receive work request, as ibv_post_recv. It fails in
-// RESET or when the receive queue is full; in ERR the request completes at
-// once with IBV_WC_WR_FLUSH_ERR. SGEs must name memory with LOCAL_WRITE
-// access; one that does not fails the message it would receive with
-// IBV_WC_LOC_PROT_ERR.
+// RESET, when the receive queue is full, or when the QP receives from an
+// SRQ (post to the SRQ: rxe's post_recv refuses with EINVAL); in ERR the
+// request completes at once with IBV_WC_WR_FLUSH_ERR. SGEs must name
+// memory with LOCAL_WRITE access; one that does not fails the message it
+// would receive with IBV_WC_LOC_PROT_ERR. A UD receive buffer starts with
+// the GRHLen-byte GRH slot.
 func (q *QP) PostRecv(wr RecvWR) error {
+	if q.srq != nil {
+		return fmt.Errorf("%w: the QP receives from an SRQ: post to the SRQ", ErrBadWR)
+	}
 	if q.state == IBV_QPS_RESET {
 		return fmt.Errorf("%w: post receive in %s", ErrBadState, q.state)
 	}
 	return q.resp.post(wr)
 }
 
-// RecvQueued returns the number of receive WQEs waiting.
+// RecvQueued returns the number of receive WQEs waiting in the QP's own
+// receive queue (0 with an SRQ; see SRQ.Queued).
 func (q *QP) RecvQueued() int { return len(q.resp.rq) }
 
 // SendQueued returns the number of send WQEs not yet completed.
 func (q *QP) SendQueued() int { return len(q.req.sq) }
 
-// Remote returns the destination QPN and address vector packets go to.
+// Remote returns the destination QPN and address vector packets go to
+// (for a connected QP; a UD QP addresses each packet, see SentTo).
 func (q *QP) Remote() (uint32, AddressVector) { return q.attr.DestQPN, q.attr.AV }
+
+// SentTo returns where the packet NextPacket last handed out goes: for a
+// UD QP the destination QPN and address vector of its work request
+// (SendWR.RemoteQPN and AH), for RC and UC what Remote returns.
+func (q *QP) SentTo() (uint32, AddressVector) {
+	if q.ud && q.req.last != nil {
+		return q.req.last.wr.RemoteQPN, *q.req.last.wr.AH
+	}
+	return q.attr.DestQPN, q.attr.AV
+}
 
 // header returns a BTH for a packet to the remote QP.
 func (q *QP) header(op bth.Opcode, psn bth.PSN) bth.BTH {

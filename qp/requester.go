@@ -21,6 +21,13 @@ type SendWR struct {
 	RKey           uint32
 	CompareAdd     uint64 // compare value (CMP_AND_SWP) or addend (FETCH_AND_ADD)
 	Swap           uint64 // swap value (CMP_AND_SWP)
+	// UD (ibv_send_wr.wr.ud): where the message goes. AH is the address
+	// handle's address vector (copied at post time), RemoteQPN the
+	// destination QP, RemoteQKey the Q_Key the DETH carries; one with the
+	// high bit set means the QP's own Q_Key (IBTA 10.2.5 C10-15, as rxe).
+	AH         *AddressVector
+	RemoteQPN  uint32
+	RemoteQKey uint32
 }
 
 // sendWQE is a posted send work request and its progress.
@@ -78,6 +85,7 @@ type requester struct {
 	scratch  []byte
 	sentHigh bth.PSN // highest PSN ever transmitted + 1, to count retransmissions
 	sentAny  bool
+	last     *sendWQE // UD: the WQE of the packet last handed out, for QP.SentTo
 }
 
 // post checks and queues a send work request for QP.PostSend, the state
@@ -97,6 +105,19 @@ func (r *requester) post(wr SendWR) error {
 	}
 	if w.length > MaxMessage {
 		return fmt.Errorf("%w: message of %d bytes is over 2^31", ErrBadWR, w.length)
+	}
+	if q.ud {
+		// IBTA C10-93.1.1 has a UD message over the MTU sent nowhere and
+		// no error given (rxe completes it with success); refusing it at
+		// post time tells the caller.
+		if w.length > q.attr.PathMTU.Bytes() {
+			return fmt.Errorf("%w: a UD message of %d bytes is over the MTU of %d", ErrBadWR, w.length, q.attr.PathMTU.Bytes())
+		}
+		if wr.AH == nil || !wr.AH.Remote.Addr().IsValid() || wr.RemoteQPN > 0xFFFFFF {
+			return fmt.Errorf("%w: a UD work request needs an address handle and a 24-bit remote QPN", ErrBadWR)
+		}
+		ah := *wr.AH
+		w.wr.AH = &ah
 	}
 	if n := packets(w.length, q.attr.PathMTU); n > MaxMessagePSNs {
 		return fmt.Errorf("%w: a %d-byte message needs %d PSNs at path MTU %d, more than %d", ErrBadWR, w.length, n, q.attr.PathMTU.Bytes(), MaxMessagePSNs)
@@ -160,7 +181,7 @@ func (r *requester) next(now time.Time, out *bth.Packet) bool {
 		}
 		return false
 	}
-	if r.sendPSN.Diff(q.comp.psn) >= MaxUnackedPSNs {
+	if !q.unrel && r.sendPSN.Diff(q.comp.psn) >= MaxUnackedPSNs {
 		return false
 	}
 	if !w.started {
@@ -218,7 +239,16 @@ func (r *requester) next(now time.Time, out *bth.Packet) bool {
 		off := r.curPkt * mtu
 		n := min(mtu, w.length-off)
 		last = r.curPkt == w.npkts-1
-		out.BTH = q.header(sendOpcode(w, r.curPkt == 0, last), psn)
+		out.BTH = q.header(sendOpcode(w, r.curPkt == 0, last)|q.opBase, psn)
+		if q.ud {
+			qkey := w.wr.RemoteQKey
+			if qkey&0x80000000 != 0 {
+				qkey = q.qkey()
+			}
+			out.BTH.DestQP = w.wr.RemoteQPN
+			out.DETH = bth.DETH{QKey: qkey, SrcQP: q.QPN}
+			r.last = w
+		}
 		info := out.BTH.Opcode.Info()
 		if info.Ext&bth.ExtRETH != 0 {
 			out.RETH = bth.RETH{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALength: uint32(w.length)}

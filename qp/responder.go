@@ -71,6 +71,10 @@ type responder struct {
 	resPos int
 	resSeq uint64
 	out    []outItem
+	// dropMsg (UC) drops every packet up to the next First or Only, the
+	// message in progress having been abandoned.
+	dropMsg bool
+	grh     [GRHLen]byte // UD: the GRH slot being written
 }
 
 // post queues a receive work request for QP.PostRecv, the state having
@@ -84,14 +88,19 @@ func (s *responder) post(wr RecvWR) error {
 		q.rcq.push(WC{WRID: wr.WRID, Status: IBV_WC_WR_FLUSH_ERR, Opcode: IBV_WC_RECV, QPNum: q.QPN})
 		return nil
 	}
+	s.rq = append(s.rq, newRecvWQE(q.pd, wr))
+	return nil
+}
+
+// newRecvWQE copies wr and resolves its SGEs in pd.
+func newRecvWQE(pd *PD, wr RecvWR) *recvWQE {
 	w := &recvWQE{wr: RecvWR{WRID: wr.WRID, SGEs: append([]SGE(nil), wr.SGEs...)}}
-	sgl, ok := q.pd.local(w.wr.SGEs, true, nil)
+	sgl, ok := pd.local(w.wr.SGEs, true, nil)
 	if !ok {
 		w.status = IBV_WC_LOC_PROT_ERR
 	}
 	w.sgl = sgl
-	s.rq = append(s.rq, w)
-	return nil
+	return w
 }
 
 // queue appends a responder output item. A plain ACK replaces an ACK at
@@ -130,18 +139,37 @@ func (s *responder) fatal(psn bth.PSN, syn bth.Syndrome, status WCStatus) {
 	s.q.svc.reject(s, psn, syn, status)
 }
 
-// handle takes one request (IBTA 9.7.4.x, rxe_resp.c).
-func (s *responder) handle(p *bth.Packet, info *bth.OpInfo) {
+// handle takes one request (IBTA 9.7.4.x, rxe_resp.c). ri, which may be
+// nil, is what the packet's IP and UDP headers said (UD uses it).
+func (s *responder) handle(p *bth.Packet, info *bth.OpInfo, ri *RecvInfo) {
 	q := s.q
 	psn := p.BTH.PSN
-	if psn.Diff(s.ePSN) != 0 && !q.svc.outOfSequence(s, p, info) {
+	if info.Ext&bth.ExtDETH != 0 && p.DETH.QKey != q.qkey() {
+		// UD: the Q_Key must be the QP's (IBTA 10.2.5, C9-49 check 11;
+		// rxe's check_keys, GSI_QKEY for QP1).
+		q.Counters.QKeyViolations++
+		return
+	}
+	if s.dropMsg {
+		// UC: the rest of an abandoned message is dropped; the next
+		// First or Only starts again, whatever its PSN.
+		if !info.Starts() {
+			q.Counters.DroppedMsgPkts++
+			return
+		}
+		s.dropMsg = false
+	} else if psn.Diff(s.ePSN) != 0 && !q.svc.outOfSequence(s, p, info) {
 		return
 	}
 	s.nakSent = false
 
 	// Opcode sequence: inside a SEND or WRITE only its Middle/Last may come.
 	if s.inMsg != bth.OpUnknown {
-		if info.Op != s.inMsg || (info.Pos != bth.PosMiddle && info.Pos != bth.PosLast) {
+		if q.unrel && info.Starts() {
+			// UC: a new message ends the one in progress (rxe drops the
+			// old one, as for a gap).
+			s.abandon()
+		} else if info.Op != s.inMsg || (info.Pos != bth.PosMiddle && info.Pos != bth.PosLast) {
 			q.Counters.RespInvalidRequest++
 			s.fatal(psn, bth.SyndromeInvalidReq, IBV_WC_REM_INV_REQ_ERR)
 			return
@@ -163,7 +191,7 @@ func (s *responder) handle(p *bth.Packet, info *bth.OpInfo) {
 
 	switch info.Op {
 	case bth.OpSend:
-		s.recvSend(p, info)
+		s.recvSend(p, info, ri)
 	case bth.OpWrite:
 		s.recvWrite(p, info)
 	case bth.OpReadRequest:
@@ -180,12 +208,16 @@ func (s *responder) handle(p *bth.Packet, info *bth.OpInfo) {
 // none the service answers (RC: an RNR NAK, IBTA 9.7.5.2.8) and it
 // returns false.
 func (s *responder) takeRecv(psn bth.PSN) bool {
-	if len(s.rq) == 0 {
+	if srq := s.q.srq; srq != nil {
+		s.cur = srq.take()
+	} else if len(s.rq) > 0 {
+		s.cur = s.rq[0]
+		s.rq = s.rq[1:]
+	}
+	if s.cur == nil {
 		s.q.svc.noReceiveWQE(s, psn)
 		return false
 	}
-	s.cur = s.rq[0]
-	s.rq = s.rq[1:]
 	s.curOff = 0
 	if s.cur.status != 0 {
 		s.fatal(psn, bth.SyndromeRemoteOp, s.cur.status)
@@ -194,24 +226,29 @@ func (s *responder) takeRecv(psn bth.PSN) bool {
 	return true
 }
 
-func (s *responder) recvSend(p *bth.Packet, info *bth.OpInfo) {
+func (s *responder) recvSend(p *bth.Packet, info *bth.OpInfo, ri *RecvInfo) {
 	q := s.q
 	psn := p.BTH.PSN
+	var flags WCFlags
 	if info.Starts() {
 		q.Counters.RxSendRequests++
 		if !s.takeRecv(psn) {
 			return
 		}
+		if q.ud {
+			// UD: the GRH slot comes first (rxe_resp.c execute).
+			if grh(&s.grh, ri, p.Len()) {
+				flags = IBV_WC_GRH
+			}
+			if !s.cur.sgl.copyIn(s.grh[:], 0) {
+				s.placeFailed(psn)
+				return
+			}
+			s.curOff = GRHLen
+		}
 	}
 	if !s.cur.sgl.copyIn(p.Payload, s.curOff) {
-		if !s.cur.sgl.valid() {
-			// A receive buffer was deregistered after posting.
-			s.fatal(psn, bth.SyndromeRemoteOp, IBV_WC_LOC_PROT_ERR)
-			return
-		}
-		// The message is longer than the receive buffers.
-		q.Counters.RespLocalLengthErr++
-		s.fatal(psn, bth.SyndromeInvalidReq, IBV_WC_LOC_LEN_ERR)
+		s.placeFailed(psn)
 		return
 	}
 	s.curOff += len(p.Payload)
@@ -225,7 +262,13 @@ func (s *responder) recvSend(p *bth.Packet, info *bth.OpInfo) {
 	}
 	s.inMsg = bth.OpUnknown
 	s.msn = (s.msn + 1) & 0xFFFFFF
-	wc := WC{WRID: s.cur.wr.WRID, Status: IBV_WC_SUCCESS, Opcode: IBV_WC_RECV, ByteLen: uint32(s.curOff), QPNum: q.QPN, SrcQP: q.attr.DestQPN}
+	wc := WC{WRID: s.cur.wr.WRID, Status: IBV_WC_SUCCESS, Opcode: IBV_WC_RECV, ByteLen: uint32(s.curOff), QPNum: q.QPN, SrcQP: q.attr.DestQPN, Flags: flags}
+	if q.ud {
+		wc.SrcQP = p.DETH.SrcQP
+		if ri != nil {
+			wc.SrcAddr = ri.Src
+		}
+	}
 	if info.Immediate {
 		wc.Flags |= IBV_WC_WITH_IMM
 		wc.ImmData = uint32(p.ImmDt)
@@ -239,6 +282,21 @@ func (s *responder) recvSend(p *bth.Packet, info *bth.OpInfo) {
 	if p.BTH.AckReq {
 		q.svc.ackRequested(s, psn)
 	}
+}
+
+// placeFailed fails a SEND whose data did not fit the receive WQE: a
+// buffer deregistered after posting is a local protection error (the WQE
+// completes with IBV_WC_LOC_PROT_ERR and the QP moves to ERR); a message
+// longer than the buffers is a length error (RC: a NAK and
+// IBV_WC_LOC_LEN_ERR; UC and UD: the message is dropped and the WQE kept,
+// as rxe does without an SRQ).
+func (s *responder) placeFailed(psn bth.PSN) {
+	if !s.cur.sgl.valid() {
+		s.fatal(psn, bth.SyndromeRemoteOp, IBV_WC_LOC_PROT_ERR)
+		return
+	}
+	s.q.Counters.RespLocalLengthErr++
+	s.fatal(psn, bth.SyndromeInvalidReq, IBV_WC_LOC_LEN_ERR)
 }
 
 func (s *responder) recvWrite(p *bth.Packet, info *bth.OpInfo) {

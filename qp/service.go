@@ -11,12 +11,14 @@ import (
 // QP's requester, completer and responder hold the mechanics the services
 // share (segmentation, placement, the receive queue, completions); a QP
 // asks its service, at the points below, what its service type makes of
-// an event. rcService implements Reliable Connected. Unreliable Connected
-// and Unreliable Datagram plug in as second implementations (see the
-// package comment).
+// an event. rcService implements Reliable Connected, ucService
+// Unreliable Connected and udService Unreliable Datagram (unreliable.go).
 type service interface {
 	// name is the service's short name, "RC", "UC" or "UD", for errors.
 	name() string
+	// transitions lists, per state change, the attributes it requires
+	// and allows (ib_modify_qp_is_ok's table for the QP type).
+	transitions() map[[2]State]transition
 
 	// Which opcodes are valid.
 
@@ -78,6 +80,8 @@ var rcOpcodeTable = func() *[256]*bth.OpInfo {
 }()
 
 func (rcService) opcodes() *[256]*bth.OpInfo { return rcOpcodeTable }
+
+func (rcService) transitions() map[[2]State]transition { return rcTransitions }
 
 func (rcService) postable(op WROpcode) bool { return op <= IBV_WR_SEND_WITH_INV }
 

@@ -221,9 +221,10 @@ func (ep *Endpoint) receiveLocked(now time.Time, d *Datagram) {
 		})
 		return
 	}
-	q.q.HandlePacket(now, p, ecn)
+	ri := qp.RecvInfo{Src: d.Src, Dst: d.Dst, TOS: d.TOS, HopLimit: d.TTL}
+	q.q.HandleReceived(now, p, &ri)
 	if dup {
-		q.q.HandlePacket(now, p, ecn)
+		q.q.HandleReceived(now, p, &ri)
 	}
 }
 
