@@ -48,3 +48,15 @@ type Conn interface {
 
 // ErrTooBig is returned for a datagram larger than the Conn can carry.
 var ErrTooBig = errors.New("transport: datagram too large")
+
+// innermost returns the Conn that c wraps, through every decorator (a Conn
+// with an Unwrap method), or c itself.
+func innermost(c Conn) Conn {
+	for {
+		u, ok := c.(interface{ Unwrap() Conn })
+		if !ok {
+			return c
+		}
+		c = u.Unwrap()
+	}
+}

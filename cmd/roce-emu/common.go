@@ -93,7 +93,7 @@ func (n *netFlags) openEndpoint() (*transport.Endpoint, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("cannot listen on %s UDP port %d: %v", addr, n.udpPort, err)
 	}
-	opts := transport.Options{Faults: faults}
+	opts := transport.Options{}
 	if n.icrc {
 		opts.ICRC = transport.ICRCAssumeID0
 	}
@@ -104,9 +104,11 @@ func (n *netFlags) openEndpoint() (*transport.Endpoint, func(), error) {
 			conn.Close()
 			return nil, nil, fmt.Errorf("--pcap: %v", err)
 		}
-		opts.Capture = w
+		// The capture sees what crosses the socket: outgoing packets
+		// after the faults, incoming ones before.
+		conn = transport.WithObserver(conn, nil, transport.CaptureObserver(w, [6]byte{}, [6]byte{}))
 	}
-	ep := transport.NewEndpoint(conn, opts)
+	ep := transport.NewEndpoint(transport.WithFaults(conn, faults, nil), opts)
 	closeAll := func() {
 		ep.Close()
 		if w != nil {
