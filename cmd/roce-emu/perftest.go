@@ -56,7 +56,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/roce-emu/roce-emu/bth"
@@ -224,7 +223,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	defer func() {
 		closeAll()
 		if mapped != nil {
-			syscall.Munmap(mapped)
+			unmapBuffer(mapped)
 		}
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
@@ -317,7 +316,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		// the next packet in while it reads, a race by design, so the
 		// buffer is mapped outside Go's heap, where the race detector does
 		// not look. perftest zeroes this buffer; so does mmap.
-		mapped, err = syscall.Mmap(-1, 0, total, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+		mapped, err = mapBuffer(total)
 		if err != nil {
 			return fmt.Errorf("cannot map %d bytes: %v", total, err)
 		}
