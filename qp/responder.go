@@ -71,6 +71,9 @@ type responder struct {
 	resPos int
 	resSeq uint64
 	out    []outItem
+	// outBuf is the start of out's backing array: an emptied queue starts
+	// over there, so that queueing an ACK per packet allocates nothing.
+	outBuf []outItem
 }
 
 // post queues a receive work request for QP.PostRecv, the state having
@@ -110,7 +113,13 @@ func (s *responder) queue(it outItem) {
 		s.q.Counters.RespQueueFull++
 		return
 	}
+	if len(*o) == 0 {
+		*o = s.outBuf[:0]
+	}
 	*o = append(*o, it)
+	if cap(*o) > cap(s.outBuf) {
+		s.outBuf = (*o)[:0]
+	}
 }
 
 func (s *responder) ack(psn bth.PSN) {
@@ -478,10 +487,8 @@ func (s *responder) next(now time.Time, out *bth.Packet) bool {
 			return true
 		}
 	}
+	s.out[0] = outItem{}
 	s.out = s.out[1:]
-	if len(s.out) == 0 {
-		s.out = nil
-	}
 	return true
 }
 

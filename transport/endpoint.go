@@ -322,24 +322,33 @@ func (pd *PD) DeregMR(mr *qp.MR) error {
 type CQ struct {
 	ep *Endpoint
 	cq *qp.CQ
-	// wake is closed (and replaced) whenever completions may have
-	// arrived or the Endpoint closed: a broadcast to every waiter.
-	wake chan struct{}
+	// waiters are the channels of the goroutines in Wait, each woken
+	// (and the list emptied) whenever completions may have arrived or
+	// the Endpoint closed: a broadcast. free keeps their channels for
+	// reuse, so that a wake-up allocates nothing.
+	waiters []chan struct{}
+	free    []chan struct{}
 }
 
 // NewCQ returns a completion queue with room for depth completions.
 func (ep *Endpoint) NewCQ(depth int) *CQ {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	c := &CQ{ep: ep, cq: qp.NewCQ(depth), wake: make(chan struct{})}
+	c := &CQ{ep: ep, cq: qp.NewCQ(depth)}
 	ep.cqs = append(ep.cqs, c)
 	return c
 }
 
 // signal wakes every waiter; ep.mu must be held.
 func (c *CQ) signal() {
-	close(c.wake)
-	c.wake = make(chan struct{})
+	for i, w := range c.waiters {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+		c.waiters[i] = nil
+	}
+	c.waiters = c.waiters[:0]
 }
 
 // Poll moves up to len(wc) completions into wc without waiting.
@@ -355,23 +364,57 @@ var ErrClosed = errors.New("transport: endpoint closed")
 // Wait blocks until at least one completion is there, then polls up to
 // len(wc) of them. It returns ctx.Err() when ctx ends first.
 func (c *CQ) Wait(ctx context.Context, wc []qp.WC) (int, error) {
+	var w chan struct{}
+	defer func() {
+		if w != nil {
+			c.ep.mu.Lock()
+			c.release(w)
+			c.ep.mu.Unlock()
+		}
+	}()
 	for {
 		c.ep.mu.Lock()
 		if n := c.cq.Poll(wc); n > 0 {
 			c.ep.mu.Unlock()
 			return n, nil
 		}
-		closed, wake := c.ep.closed, c.wake
-		c.ep.mu.Unlock()
-		if closed {
+		if c.ep.closed {
+			c.ep.mu.Unlock()
 			return 0, ErrClosed
 		}
+		if w == nil {
+			if k := len(c.free); k > 0 {
+				w = c.free[k-1]
+				c.free = c.free[:k-1]
+			} else {
+				w = make(chan struct{}, 1)
+			}
+		}
+		c.waiters = append(c.waiters, w)
+		c.ep.mu.Unlock()
 		select {
-		case <-wake:
+		case <-w:
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
 	}
+}
+
+// release takes w off the waiters (when no signal did), empties it and
+// keeps it for the next Wait; ep.mu is held.
+func (c *CQ) release(w chan struct{}) {
+	for i, x := range c.waiters {
+		if x == w {
+			c.waiters = append(c.waiters[:i], c.waiters[i+1:]...)
+			c.waiters[len(c.waiters):][:1][0] = nil
+			break
+		}
+	}
+	select {
+	case <-w:
+	default:
+	}
+	c.free = append(c.free, w)
 }
 
 // Overruns returns how many completions were lost because the CQ was full.
