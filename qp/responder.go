@@ -74,6 +74,16 @@ type responder struct {
 	// outBuf is the start of out's backing array: an emptied queue starts
 	// over there, so that queueing an ACK per packet allocates nothing.
 	outBuf []outItem
+	// rqBuf is the start of rq's backing array and free the receive
+	// WQEs retired, reused as the send queue's are (requester.free).
+	rqBuf []*recvWQE
+	free  []*recvWQE
+}
+
+// retireCur ends the receive WQE in progress and keeps it for reuse.
+func (s *responder) retireCur() {
+	s.free = append(s.free, s.cur)
+	s.cur = nil
 }
 
 // post queues a receive work request for QP.PostRecv, the state having
@@ -87,13 +97,30 @@ func (s *responder) post(wr RecvWR) error {
 		q.rcq.push(WC{WRID: wr.WRID, Status: IBV_WC_WR_FLUSH_ERR, Opcode: IBV_WC_RECV, QPNum: q.QPN})
 		return nil
 	}
-	w := &recvWQE{wr: RecvWR{WRID: wr.WRID, SGEs: append([]SGE(nil), wr.SGEs...)}}
-	sgl, ok := q.pd.local(w.wr.SGEs, true, nil)
+	var w *recvWQE
+	var sges []SGE
+	var sgl0 sgList
+	if k := len(s.free); k > 0 {
+		w = s.free[k-1]
+		s.free[k-1] = nil
+		s.free = s.free[:k-1]
+		sges, sgl0 = w.wr.SGEs[:0], w.sgl[:0]
+	} else {
+		w = new(recvWQE)
+	}
+	*w = recvWQE{wr: RecvWR{WRID: wr.WRID, SGEs: append(sges, wr.SGEs...)}}
+	sgl, ok := q.pd.local(w.wr.SGEs, true, sgl0)
 	if !ok {
 		w.status = IBV_WC_LOC_PROT_ERR
 	}
 	w.sgl = sgl
+	if len(s.rq) == 0 {
+		s.rq = s.rqBuf[:0]
+	}
 	s.rq = append(s.rq, w)
+	if cap(s.rq) > cap(s.rqBuf) {
+		s.rqBuf = s.rq[:0]
+	}
 	return nil
 }
 
@@ -194,6 +221,7 @@ func (s *responder) takeRecv(psn bth.PSN) bool {
 		return false
 	}
 	s.cur = s.rq[0]
+	s.rq[0] = nil
 	s.rq = s.rq[1:]
 	s.curOff = 0
 	if s.cur.status != 0 {
@@ -243,7 +271,7 @@ func (s *responder) recvSend(p *bth.Packet, info *bth.OpInfo) {
 		wc.Flags |= IBV_WC_WITH_INV
 		wc.InvalidatedRKey = uint32(p.IETH)
 	}
-	s.cur = nil
+	s.retireCur()
 	q.rcq.push(wc)
 	if p.BTH.AckReq {
 		q.svc.ackRequested(s, psn)
@@ -296,7 +324,7 @@ func (s *responder) recvWrite(p *bth.Packet, info *bth.OpInfo) {
 	if info.Immediate {
 		q.rcq.push(WC{WRID: s.cur.wr.WRID, Status: IBV_WC_SUCCESS, Opcode: IBV_WC_RECV_RDMA_WITH_IMM,
 			ByteLen: uint32(s.wlen), ImmData: uint32(p.ImmDt), Flags: IBV_WC_WITH_IMM, QPNum: q.QPN, SrcQP: q.attr.DestQPN})
-		s.cur = nil
+		s.retireCur()
 	}
 	if p.BTH.AckReq {
 		q.svc.ackRequested(s, psn)
