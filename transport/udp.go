@@ -7,12 +7,15 @@ import (
 	"github.com/roce-emu/roce-emu/bth"
 )
 
-// UDPOptions configure a UDP Conn.
+// UDPOptions configure a UDP Conn (ListenUDP). On Linux every option
+// applies; the portable Conn of other systems sets TOS, TTL and
+// SocketBuffer on its sockets and ignores BatchSize and
+// ComputeUDPChecksum (see its BUG note).
 type UDPOptions struct {
 	// TOS is the IPv4 TOS / IPv6 traffic class set on the sockets
-	// (DSCP<<2 | ECN). Every datagram sent carries its own Datagram.TOS
-	// in a control message, so this matters only to what the kernel sends
-	// by itself.
+	// (DSCP<<2 | ECN). On Linux every datagram sent carries its own
+	// Datagram.TOS in a control message, so this matters only to what the
+	// kernel sends by itself; elsewhere every datagram carries this TOS.
 	TOS uint8
 	// TTL is the default IPv4 TTL / IPv6 hop limit (0: 64).
 	TTL uint8
