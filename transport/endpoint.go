@@ -49,7 +49,10 @@ type Options struct {
 	NotECT bool
 }
 
-// Stats are an Endpoint's counts of packets no QP saw.
+// Stats are an Endpoint's counts of packets no QP saw. Received and Sent
+// count what the Endpoint read from and handed to its Conn: with
+// WithFaults around the Conn, after the rules acted on incoming datagrams
+// and before they act on outgoing ones.
 type Stats struct {
 	Received   uint64 `json:"rx_datagrams"`
 	Sent       uint64 `json:"tx_datagrams"`

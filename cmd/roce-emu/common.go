@@ -108,7 +108,10 @@ func (n *netFlags) openEndpoint() (*transport.Endpoint, func(), error) {
 		// after the faults, incoming ones before.
 		conn = transport.WithObserver(conn, nil, transport.CaptureObserver(w, [6]byte{}, [6]byte{}))
 	}
-	ep := transport.NewEndpoint(transport.WithFaults(conn, faults, nil), opts)
+	if len(faults.Rules()) > 0 {
+		conn = transport.WithFaults(conn, faults, nil)
+	}
+	ep := transport.NewEndpoint(conn, opts)
 	closeAll := func() {
 		ep.Close()
 		if w != nil {
