@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/roce-emu/roce-emu/bth"
+	"github.com/roce-emu/roce-emu/qp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -163,4 +164,97 @@ func TestFaultsDecorator(t *testing.T) {
 		assert.ErrorIs(t, err, net.ErrClosed)
 		b.Close()
 	})
+}
+
+// manualClock is a Clock that moves only when Advance is called.
+type manualClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*manualTimer
+}
+
+type manualTimer struct {
+	c      *manualClock
+	at     time.Time
+	f      func()
+	active bool
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *manualClock) AfterFunc(d time.Duration, f func()) Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &manualTimer{c: c, at: c.now.Add(d), f: f, active: true}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+func (t *manualTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := t.active
+	t.active = false
+	return was
+}
+
+func (t *manualTimer) Reset(d time.Duration) bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := t.active
+	t.at, t.active = t.c.now.Add(d), true
+	return was
+}
+
+// Advance moves the clock on by d and runs the timers that fall due.
+func (c *manualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	var due []func()
+	for _, t := range c.timers {
+		if t.active && !t.at.After(c.now) {
+			t.active = false
+			due = append(due, t.f)
+		}
+	}
+	c.mu.Unlock()
+	for _, f := range due {
+		f()
+	}
+}
+
+// The Endpoint reads time and arms its timer through Options.Clock: a
+// request to a peer that never answers is retransmitted when the manual
+// clock passes the ACK timeout, and not before, whatever the real time.
+func TestEndpointInjectedClock(t *testing.T) {
+	n := NewNetwork(Impairments{}, 1)
+	c, err := n.Listen(netip.MustParseAddrPort("192.0.2.1:4791"))
+	require.NoError(t, err)
+	clk := &manualClock{now: time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)}
+	ep := NewEndpoint(c, Options{Clock: clk})
+	defer ep.Close()
+	pd := ep.NewPD()
+	cq := ep.NewCQ(4)
+	q, err := ep.NewQP(pd, cq, cq, qp.InitAttr{SQSigAll: true})
+	require.NoError(t, err)
+	// Nobody listens at 192.0.2.2: every packet is lost.
+	require.NoError(t, q.Connect(Remote{Addr: netip.MustParseAddrPort("192.0.2.2:4791"), QPN: 0x11, PSN: 0}, 0,
+		ConnectAttr{Timeout: 14})) // 4.096 us * 2^14 = 67 ms
+	mr, _ := pd.RegMR(make([]byte, 8), qp.IBV_ACCESS_LOCAL_WRITE)
+	require.NoError(t, q.PostSend(qp.SendWR{Opcode: qp.IBV_WR_SEND, SGEs: []qp.SGE{mr.SGE(0, 8)}}))
+	assert.Equal(t, uint64(1), q.Counters().SentPackets)
+	time.Sleep(100 * time.Millisecond) // real time does not count
+	clk.Advance(50 * time.Millisecond)
+	assert.Zero(t, q.Counters().LocalAckTimeoutErr, "no timeout before 67 ms of the Endpoint's clock")
+	clk.Advance(20 * time.Millisecond)
+	c2 := q.Counters()
+	assert.Equal(t, uint64(1), c2.LocalAckTimeoutErr, "%+v", c2)
+	assert.Equal(t, uint64(1), c2.RetransmittedPkts, "%+v", c2)
+	n.mu.Lock()
+	assert.Equal(t, uint64(2), n.Lost)
+	n.mu.Unlock()
 }
