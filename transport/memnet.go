@@ -150,16 +150,25 @@ func (c *memConn) ReadBatch(ds []Datagram) (int, error) {
 	case <-c.done:
 		return 0, net.ErrClosed
 	}
+	// The network's copies go back to its pool under one lock per batch.
+	var spent [64][]byte
+	k := 0
+	defer func() {
+		c.net.mu.Lock()
+		for _, b := range spent[:k] {
+			c.net.pool.put(b)
+		}
+		c.net.mu.Unlock()
+	}()
 	n := 0
 	for {
 		fill(&ds[n], &d)
 		ds[n].TOSKnown = true
 		ds[n].zeroChecksum = false
-		c.net.mu.Lock()
-		c.net.pool.put(d.Data)
-		c.net.mu.Unlock()
+		spent[k] = d.Data
+		k++
 		n++
-		if n == len(ds) {
+		if n == len(ds) || k == len(spent) {
 			return n, nil
 		}
 		select {
