@@ -86,6 +86,11 @@ type requester struct {
 	sentHigh bth.PSN // highest PSN ever transmitted + 1, to count retransmissions
 	sentAny  bool
 	last     *sendWQE // UD: the WQE of the packet last handed out, for QP.SentTo
+	// sqBuf is the start of sq's backing array, where an emptied queue
+	// starts over, and free the WQEs retired, for the next posts: posting
+	// and completing a work request then allocates nothing.
+	sqBuf []*sendWQE
+	free  []*sendWQE
 }
 
 // post checks and queues a send work request for QP.PostSend, the state
@@ -98,8 +103,19 @@ func (r *requester) post(wr SendWR) error {
 	if len(r.sq) >= q.maxSend {
 		return ErrQueueFull
 	}
-	w := &sendWQE{wr: wr}
-	w.wr.SGEs = append([]SGE(nil), wr.SGEs...)
+	var w *sendWQE
+	var sges []SGE
+	var sgl0 sgList
+	if k := len(r.free); k > 0 {
+		w = r.free[k-1]
+		r.free[k-1] = nil
+		r.free = r.free[:k-1]
+		sges, sgl0 = w.wr.SGEs[:0], w.sgl[:0]
+	} else {
+		w = new(sendWQE)
+	}
+	*w = sendWQE{wr: wr}
+	w.wr.SGEs = append(sges, wr.SGEs...)
 	for _, s := range wr.SGEs {
 		w.length += int(s.Length)
 	}
@@ -135,7 +151,7 @@ func (r *requester) post(wr SendWR) error {
 		q.scq.push(WC{WRID: wr.WRID, Status: IBV_WC_WR_FLUSH_ERR, Opcode: w.wcOpcode(), QPNum: q.QPN})
 		return nil
 	}
-	sgl, ok := q.pd.local(w.wr.SGEs, w.readOrAtomic(), nil)
+	sgl, ok := q.pd.local(w.wr.SGEs, w.readOrAtomic(), sgl0)
 	if !ok {
 		w.status = IBV_WC_LOC_PROT_ERR
 	}
@@ -146,7 +162,13 @@ func (r *requester) post(wr SendWR) error {
 		sgl = sgList{{b: data}}
 	}
 	w.sgl = sgl
+	if len(r.sq) == 0 {
+		r.sq = r.sqBuf[:0]
+	}
 	r.sq = append(r.sq, w)
+	if cap(r.sq) > cap(r.sqBuf) {
+		r.sqBuf = r.sq[:0]
+	}
 	return nil
 }
 
@@ -376,10 +398,13 @@ func (r *requester) skipAcked(compPSN bth.PSN) {
 	}
 }
 
-// pop removes the oldest send WQE, which has completed or failed.
+// pop removes the oldest send WQE, which has completed or failed. The
+// caller may read it until the next post, which may reuse it.
 func (r *requester) pop() *sendWQE {
 	w := r.sq[0]
+	r.sq[0] = nil
 	r.sq = r.sq[1:]
+	r.free = append(r.free, w)
 	if r.cur > 0 {
 		r.cur--
 	} else {

@@ -75,6 +75,19 @@ type responder struct {
 	// message in progress having been abandoned.
 	dropMsg bool
 	grh     [GRHLen]byte // UD: the GRH slot being written
+	// outBuf is the start of out's backing array: an emptied queue starts
+	// over there, so that queueing an ACK per packet allocates nothing.
+	outBuf []outItem
+	// rqBuf is the start of rq's backing array and free the receive
+	// WQEs retired, reused as the send queue's are (requester.free).
+	rqBuf []*recvWQE
+	free  []*recvWQE
+}
+
+// retireCur ends the receive WQE in progress and keeps it for reuse.
+func (s *responder) retireCur() {
+	s.free = append(s.free, s.cur)
+	s.cur = nil
 }
 
 // post queues a receive work request for QP.PostRecv, the state having
@@ -88,14 +101,41 @@ func (s *responder) post(wr RecvWR) error {
 		q.rcq.push(WC{WRID: wr.WRID, Status: IBV_WC_WR_FLUSH_ERR, Opcode: IBV_WC_RECV, QPNum: q.QPN})
 		return nil
 	}
-	s.rq = append(s.rq, newRecvWQE(q.pd, wr))
+	w := newRecvWQE(q.pd, wr, s.takeFree())
+	if len(s.rq) == 0 {
+		s.rq = s.rqBuf[:0]
+	}
+	s.rq = append(s.rq, w)
+	if cap(s.rq) > cap(s.rqBuf) {
+		s.rqBuf = s.rq[:0]
+	}
 	return nil
 }
 
-// newRecvWQE copies wr and resolves its SGEs in pd.
-func newRecvWQE(pd *PD, wr RecvWR) *recvWQE {
-	w := &recvWQE{wr: RecvWR{WRID: wr.WRID, SGEs: append([]SGE(nil), wr.SGEs...)}}
-	sgl, ok := pd.local(w.wr.SGEs, true, nil)
+// takeFree returns a retired receive WQE to reuse, or nil.
+func (s *responder) takeFree() *recvWQE {
+	k := len(s.free)
+	if k == 0 {
+		return nil
+	}
+	w := s.free[k-1]
+	s.free[k-1] = nil
+	s.free = s.free[:k-1]
+	return w
+}
+
+// newRecvWQE copies wr into w (a retired WQE whose slices it reuses, or
+// nil for a new one) and resolves its SGEs in pd.
+func newRecvWQE(pd *PD, wr RecvWR, w *recvWQE) *recvWQE {
+	var sges []SGE
+	var sgl0 sgList
+	if w != nil {
+		sges, sgl0 = w.wr.SGEs[:0], w.sgl[:0]
+	} else {
+		w = new(recvWQE)
+	}
+	*w = recvWQE{wr: RecvWR{WRID: wr.WRID, SGEs: append(sges, wr.SGEs...)}}
+	sgl, ok := pd.local(w.wr.SGEs, true, sgl0)
 	if !ok {
 		w.status = IBV_WC_LOC_PROT_ERR
 	}
@@ -119,7 +159,13 @@ func (s *responder) queue(it outItem) {
 		s.q.Counters.RespQueueFull++
 		return
 	}
+	if len(*o) == 0 {
+		*o = s.outBuf[:0]
+	}
 	*o = append(*o, it)
+	if cap(*o) > cap(s.outBuf) {
+		s.outBuf = (*o)[:0]
+	}
 }
 
 func (s *responder) ack(psn bth.PSN) {
@@ -212,6 +258,7 @@ func (s *responder) takeRecv(psn bth.PSN) bool {
 		s.cur = srq.take()
 	} else if len(s.rq) > 0 {
 		s.cur = s.rq[0]
+		s.rq[0] = nil
 		s.rq = s.rq[1:]
 	}
 	if s.cur == nil {
@@ -277,7 +324,7 @@ func (s *responder) recvSend(p *bth.Packet, info *bth.OpInfo, ri *RecvInfo) {
 		wc.Flags |= IBV_WC_WITH_INV
 		wc.InvalidatedRKey = uint32(p.IETH)
 	}
-	s.cur = nil
+	s.retireCur()
 	q.rcq.push(wc)
 	if p.BTH.AckReq {
 		q.svc.ackRequested(s, psn)
@@ -345,7 +392,7 @@ func (s *responder) recvWrite(p *bth.Packet, info *bth.OpInfo) {
 	if info.Immediate {
 		q.rcq.push(WC{WRID: s.cur.wr.WRID, Status: IBV_WC_SUCCESS, Opcode: IBV_WC_RECV_RDMA_WITH_IMM,
 			ByteLen: uint32(s.wlen), ImmData: uint32(p.ImmDt), Flags: IBV_WC_WITH_IMM, QPNum: q.QPN, SrcQP: q.attr.DestQPN})
-		s.cur = nil
+		s.retireCur()
 	}
 	if p.BTH.AckReq {
 		q.svc.ackRequested(s, psn)
@@ -536,10 +583,8 @@ func (s *responder) next(now time.Time, out *bth.Packet) bool {
 			return true
 		}
 	}
+	s.out[0] = outItem{}
 	s.out = s.out[1:]
-	if len(s.out) == 0 {
-		s.out = nil
-	}
 	return true
 }
 

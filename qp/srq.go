@@ -127,7 +127,7 @@ func (s *SRQ) PostRecv(wr RecvWR) error {
 	if len(s.wqes) >= s.maxWR {
 		return ErrQueueFull
 	}
-	s.wqes = append(s.wqes, newRecvWQE(s.pd, wr))
+	s.wqes = append(s.wqes, newRecvWQE(s.pd, wr, nil))
 	return nil
 }
 

@@ -56,6 +56,7 @@ func (n *Network) admitLocked(cp *CongestionPoint, d Datagram) {
 	departAt, queued, ce := cp.port.Arrive(now, size, d.TOS&3 != 0)
 	if !queued {
 		n.Lost++
+		n.pool.put(d.Data)
 		return
 	}
 	if ce {

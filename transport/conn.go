@@ -1,7 +1,9 @@
 // Package transport moves RoCEv2 packets between queue pairs: over UDP
-// port 4791 on Linux, or over an in-memory network with impairments for
-// deterministic tests. An Endpoint drives the sans-IO queue pairs of
-// package qp: it owns the socket, the clock and the timers.
+// port 4791 (recvmmsg/sendmmsg on Linux, net.UDPConn elsewhere), or over
+// an in-memory network with impairments for deterministic tests. An
+// Endpoint drives the sans-IO queue pairs of package qp: it owns the Conn,
+// the clock and the timers. Fault injection (WithFaults) and packet
+// observation and capture (WithObserver) are Conns wrapping a Conn.
 package transport
 
 import (
@@ -31,8 +33,13 @@ type Datagram struct {
 
 // Conn is a batch-first datagram connection on one local address.
 // ReadBatch blocks until at least one datagram arrives and fills as many of
-// ds as are ready, writing into each ds[i].Data's capacity; WriteBatch
-// sends ds in order. Both return net.ErrClosed after Close.
+// ds as are ready, writing into each ds[i].Data's capacity (a slot with no
+// room for the datagram gets a new buffer; UDP hands on empty a datagram
+// larger than a slot that has some); WriteBatch sends ds in order and
+// returns how many it sent. Both return net.ErrClosed after Close. With
+// buffers large enough, the Conns of this package allocate nothing per
+// datagram. A Conn that wraps another has a method Unwrap() Conn
+// returning it.
 type Conn interface {
 	ReadBatch(ds []Datagram) (int, error)
 	WriteBatch(ds []Datagram) (int, error)
@@ -48,3 +55,15 @@ type Conn interface {
 
 // ErrTooBig is returned for a datagram larger than the Conn can carry.
 var ErrTooBig = errors.New("transport: datagram too large")
+
+// innermost returns the Conn that c wraps, through every decorator (a Conn
+// with an Unwrap method), or c itself.
+func innermost(c Conn) Conn {
+	for {
+		u, ok := c.(interface{ Unwrap() Conn })
+		if !ok {
+			return c
+		}
+		c = u.Unwrap()
+	}
+}

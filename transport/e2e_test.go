@@ -42,7 +42,11 @@ func defaultPair() pairConfig {
 func connect(t testing.TB, conns [2]Conn, cfg pairConfig) [2]*side {
 	var s [2]*side
 	for i := range 2 {
-		ep := NewEndpoint(conns[i], Options{Faults: cfg.faults[i]})
+		conn := conns[i]
+		if cfg.faults[i] != nil {
+			conn = WithFaults(conn, cfg.faults[i], nil)
+		}
+		ep := NewEndpoint(conn, Options{})
 		t.Cleanup(func() { ep.Close() })
 		pd := ep.NewPD()
 		cq := ep.NewCQ(1 << 16)
@@ -346,12 +350,12 @@ func TestMemStateErrors(t *testing.T) {
 	})
 }
 
-// Fault rules as a Network selector: drop the first and the second
+// Fault rules inside a Network (Impairments.Faults): drop the first and the second
 // transmission of the WRITE Middle with PSN 0x1003, so that only the third
 // copy arrives. The first loss is repaired by the sequence NAK the next
 // packet provokes; the second by the local ACK timeout, since the
 // responder NAKs a gap only once.
-func TestMemSelectorFromFaultRules(t *testing.T) {
+func TestMemNetworkFaultRules(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		psn, op := bth.PSN(0x1003), bth.RCWriteMiddle
 		f := NewFaults(1, &FaultRule{Kind: FaultDrop, Dir: Both, PSN: &psn, Opcode: &op, Nth: 1},
@@ -359,7 +363,7 @@ func TestMemSelectorFromFaultRules(t *testing.T) {
 		cfg := defaultPair()
 		cfg.timeout = 8
 		s, n := memPair(t, Impairments{Delay: 5 * time.Microsecond}, cfg)
-		n.SetImpairments(Impairments{Delay: 5 * time.Microsecond, Selector: f.Selector()})
+		n.SetImpairments(Impairments{Delay: 5 * time.Microsecond, Faults: f})
 		a, b := s[0], s[1]
 		src := pattern(8192, 2)
 		dst := make([]byte, 8192)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/roce-emu/roce-emu/bth"
 	"github.com/roce-emu/roce-emu/cc"
-	"github.com/roce-emu/roce-emu/pcap"
 	"github.com/roce-emu/roce-emu/qp"
 )
 
@@ -35,17 +34,13 @@ const (
 
 // Options configure an Endpoint.
 type Options struct {
-	// Capture, when set, records every packet sent and received (as the
-	// wire would show it: outgoing after fault injection, incoming before).
-	Capture *pcap.Writer
-	// Faults are applied to outgoing and incoming packets.
-	Faults *Faults
 	// ICRC chooses when received ICRCs are verified.
 	ICRC ICRCCheck
 	// Logger receives events (QP errors, dropped packets); default: discard.
 	Logger *slog.Logger
-	// LocalMAC and RemoteMAC are written in captured frames.
-	LocalMAC, RemoteMAC [6]byte
+	// Clock is what the Endpoint reads as now and arms its timer with;
+	// nil means SystemClock (which testing/synctest fakes).
+	Clock Clock
 	// DSCP is the DSCP of data packets from QPs whose address vector sets
 	// no traffic class. Such packets go out ECN-capable, ECT(0), unless
 	// NotECT is set. CNPs go out with their QP's cc.Params.CNPDSCP and
@@ -54,7 +49,10 @@ type Options struct {
 	NotECT bool
 }
 
-// Stats are an Endpoint's counts of packets no QP saw.
+// Stats are an Endpoint's counts of packets no QP saw. Received and Sent
+// count what the Endpoint read from and handed to its Conn: with
+// WithFaults around the Conn, after the rules acted on incoming datagrams
+// and before they act on outgoing ones.
 type Stats struct {
 	Received   uint64 `json:"rx_datagrams"`
 	Sent       uint64 `json:"tx_datagrams"`
@@ -67,13 +65,17 @@ type Stats struct {
 }
 
 // Endpoint runs queue pairs on one Conn: it reads datagrams, hands them to
-// the QP they name, sends what the QPs produce, and runs their timers. All
-// methods are safe for concurrent use; QPs, CQs and MRs of one Endpoint
-// share its lock.
+// the QP they name, sends what the QPs produce, and runs their timers.
+// Fault injection and capture are Conns that wrap a Conn (WithFaults,
+// WithObserver), not the Endpoint's business. All methods are safe for
+// concurrent use; QPs, CQs and MRs of one Endpoint share its lock.
 type Endpoint struct {
-	conn Conn
-	opts Options
-	log  *slog.Logger
+	conn  Conn
+	opts  Options
+	log   *slog.Logger
+	clock Clock
+	// onNetwork: conn is (or wraps) a Conn of an in-memory Network.
+	onNetwork bool
 
 	mu      sync.Mutex
 	qps     map[uint32]*QP
@@ -82,7 +84,7 @@ type Endpoint struct {
 	dev     *qp.Device // QPNs, memory-region keys and addresses
 	stats   Stats
 	closed  bool
-	timer   *time.Timer
+	timer   Timer
 	timerAt time.Time
 	arena   []byte
 	batch   []Datagram
@@ -97,7 +99,8 @@ func NewEndpoint(conn Conn, opts Options) *Endpoint {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	ep := &Endpoint{conn: conn, opts: opts, log: log, qps: map[uint32]*QP{}, dev: qp.NewDevice(), done: make(chan struct{})}
+	ep := &Endpoint{conn: conn, opts: opts, log: log, clock: clockOr(opts.Clock), qps: map[uint32]*QP{}, dev: qp.NewDevice(), done: make(chan struct{})}
+	_, ep.onNetwork = innermost(conn).(*memConn)
 	go ep.readLoop()
 	return ep
 }
@@ -147,17 +150,20 @@ func (ep *Endpoint) readLoop() {
 			}
 			return
 		}
+		// A batch read is handled even when Close has begun (nothing is
+		// sent then), so that every datagram a Conn decorator saw cross
+		// the socket reached the QPs: their counters and a capture agree.
 		ep.mu.Lock()
-		if ep.closed {
-			ep.mu.Unlock()
-			return
-		}
-		now := time.Now()
+		now := ep.clock.Now()
 		for i := range n {
 			ep.receiveLocked(now, &ds[i])
 		}
 		ep.flushLocked(now)
+		closed := ep.closed
 		ep.mu.Unlock()
+		if closed {
+			return
+		}
 	}
 }
 
@@ -169,12 +175,9 @@ func (ep *Endpoint) receiveLocked(now time.Time, d *Datagram) {
 		ep.stats.Malformed++
 		return
 	}
-	enc := bth.Encap{Src: d.Src.Addr(), Dst: d.Dst.Addr(), SrcPort: d.Src.Port(), DstPort: d.Dst.Port(),
-		TrafficClass: d.TOS, HopLimit: d.TTL, SrcMAC: ep.opts.RemoteMAC, DstMAC: ep.opts.LocalMAC}
-	if ep.opts.Capture != nil {
-		ep.opts.Capture.WriteDatagram(now, &enc, d.Data)
-	}
 	if ep.checkICRC() {
+		enc := bth.Encap{Src: d.Src.Addr(), Dst: d.Dst.Addr(), SrcPort: d.Src.Port(), DstPort: d.Dst.Port(),
+			TrafficClass: d.TOS, HopLimit: d.TTL}
 		if _, _, err := enc.VerifyICRC(d.Data); err != nil {
 			ep.stats.BadICRC++
 			return
@@ -192,40 +195,8 @@ func (ep *Endpoint) receiveLocked(now time.Time, d *Datagram) {
 		ep.stats.BadSource++
 		return
 	}
-	drop, dup, delay := ep.opts.Faults.Apply(In, p)
-	if drop {
-		return
-	}
-	ecn := bth.ECN(d.TOS & 3)
-	if delay > 0 {
-		// d is the read loop's buffer: copy what the later delivery needs.
-		data := append([]byte(nil), d.Data...)
-		copies := 1
-		if dup {
-			copies = 2
-		}
-		time.AfterFunc(delay, func() {
-			ep.mu.Lock()
-			defer ep.mu.Unlock()
-			if ep.closed {
-				return
-			}
-			var p bth.Packet
-			if p.Decode(data) == nil {
-				now := time.Now()
-				for range copies {
-					q.q.HandlePacket(now, &p, ecn)
-				}
-				ep.flushLocked(now)
-			}
-		})
-		return
-	}
 	ri := qp.RecvInfo{Src: d.Src, Dst: d.Dst, TOS: d.TOS, HopLimit: d.TTL}
 	q.q.HandleReceived(now, p, &ri)
-	if dup {
-		q.q.HandleReceived(now, p, &ri)
-	}
 }
 
 func (ep *Endpoint) checkICRC() bool {
@@ -235,8 +206,8 @@ func (ep *Endpoint) checkICRC() bool {
 	case ICRCOff:
 		return false
 	}
-	_, mem := ep.conn.(*memConn)
-	return mem
+	return ep.onNetwork
+
 }
 
 // flushLocked sends everything the QPs have to send, signals CQs that got
@@ -247,8 +218,6 @@ func (ep *Endpoint) flushLocked(now time.Time) {
 	}
 	ep.arena = ep.arena[:0]
 	ep.batch = ep.batch[:0]
-	var delayed []Datagram
-	var delays []time.Duration
 	for _, q := range ep.order {
 		for q.q.NextPacket(now, &ep.pkt) {
 			start := len(ep.arena)
@@ -258,33 +227,12 @@ func (ep *Endpoint) flushLocked(now time.Time) {
 				ep.log.Error("cannot encode packet", "qpn", q.q.QPN, "err", err)
 				continue
 			}
-			data := ep.arena[start:len(ep.arena):len(ep.arena)]
-			d := Datagram{Data: data, Src: netip.AddrPortFrom(q.encap.Src, q.encap.SrcPort),
-				Dst: netip.AddrPortFrom(q.encap.Dst, q.encap.DstPort), TOS: q.encap.TrafficClass, TTL: q.encap.HopLimit}
+			d := Datagram{Data: ep.arena[start:len(ep.arena):len(ep.arena)], Src: q.src, Dst: q.dst,
+				TOS: q.encap.TrafficClass, TTL: q.encap.HopLimit}
 			if ep.pkt.BTH.Opcode == bth.CNP {
 				d.TOS = q.cnpTOS
 			}
-			drop, dup, delay := ep.opts.Faults.Apply(Out, &ep.pkt)
-			if drop {
-				continue
-			}
-			n := 1
-			if dup {
-				n = 2
-			}
-			for range n {
-				if delay > 0 {
-					delayed = append(delayed, Datagram{Data: append([]byte(nil), data...), Src: d.Src, Dst: d.Dst, TOS: d.TOS, TTL: d.TTL})
-					delays = append(delays, delay)
-					continue
-				}
-				if ep.opts.Capture != nil {
-					enc := q.encap
-					enc.TrafficClass = d.TOS
-					ep.opts.Capture.WriteDatagram(now, &enc, data)
-				}
-				ep.batch = append(ep.batch, d)
-			}
+			ep.batch = append(ep.batch, d)
 		}
 	}
 	if len(ep.batch) > 0 {
@@ -294,21 +242,7 @@ func (ep *Endpoint) flushLocked(now time.Time) {
 			ep.stats.SendErrors += uint64(len(ep.batch) - n)
 			ep.log.Warn("send failed", "err", err)
 		}
-	}
-	for i := range delayed {
-		d, q := delayed[i], ep.qpBySource(delayed[i].Src)
-		time.AfterFunc(delays[i], func() {
-			ep.mu.Lock()
-			defer ep.mu.Unlock()
-			if ep.closed {
-				return
-			}
-			if ep.opts.Capture != nil && q != nil {
-				ep.opts.Capture.WriteDatagram(time.Now(), &q.encap, d.Data)
-			}
-			n, _ := ep.conn.WriteBatch([]Datagram{d})
-			ep.stats.Sent += uint64(n)
-		})
+		clear(ep.batch) // the arena is reused; drop the slices into it
 	}
 	for _, c := range ep.cqs {
 		if c.cq.Len() > 0 {
@@ -316,15 +250,6 @@ func (ep *Endpoint) flushLocked(now time.Time) {
 		}
 	}
 	ep.armLocked()
-}
-
-func (ep *Endpoint) qpBySource(src netip.AddrPort) *QP {
-	for _, q := range ep.order {
-		if q.encap.SrcPort == src.Port() {
-			return q
-		}
-	}
-	return nil
 }
 
 // armLocked sets the timer to the earliest QP deadline.
@@ -339,9 +264,9 @@ func (ep *Endpoint) armLocked() {
 		return
 	}
 	ep.timerAt = next
-	wait := time.Until(next)
+	wait := next.Sub(ep.clock.Now())
 	if ep.timer == nil {
-		ep.timer = time.AfterFunc(wait, ep.onTimer)
+		ep.timer = ep.clock.AfterFunc(wait, ep.onTimer)
 	} else {
 		ep.timer.Reset(wait)
 	}
@@ -353,7 +278,7 @@ func (ep *Endpoint) onTimer() {
 	if ep.closed {
 		return
 	}
-	now := time.Now()
+	now := ep.clock.Now()
 	ep.timerAt = time.Time{}
 	for _, q := range ep.order {
 		if d := q.q.Deadline(); !d.IsZero() && !now.Before(d) {
@@ -401,24 +326,33 @@ func (pd *PD) DeregMR(mr *qp.MR) error {
 type CQ struct {
 	ep *Endpoint
 	cq *qp.CQ
-	// wake is closed (and replaced) whenever completions may have
-	// arrived or the Endpoint closed: a broadcast to every waiter.
-	wake chan struct{}
+	// waiters are the channels of the goroutines in Wait, each woken
+	// (and the list emptied) whenever completions may have arrived or
+	// the Endpoint closed: a broadcast. free keeps their channels for
+	// reuse, so that a wake-up allocates nothing.
+	waiters []chan struct{}
+	free    []chan struct{}
 }
 
 // NewCQ returns a completion queue with room for depth completions.
 func (ep *Endpoint) NewCQ(depth int) *CQ {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	c := &CQ{ep: ep, cq: qp.NewCQ(depth), wake: make(chan struct{})}
+	c := &CQ{ep: ep, cq: qp.NewCQ(depth)}
 	ep.cqs = append(ep.cqs, c)
 	return c
 }
 
 // signal wakes every waiter; ep.mu must be held.
 func (c *CQ) signal() {
-	close(c.wake)
-	c.wake = make(chan struct{})
+	for i, w := range c.waiters {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+		c.waiters[i] = nil
+	}
+	c.waiters = c.waiters[:0]
 }
 
 // Poll moves up to len(wc) completions into wc without waiting.
@@ -434,23 +368,57 @@ var ErrClosed = errors.New("transport: endpoint closed")
 // Wait blocks until at least one completion is there, then polls up to
 // len(wc) of them. It returns ctx.Err() when ctx ends first.
 func (c *CQ) Wait(ctx context.Context, wc []qp.WC) (int, error) {
+	var w chan struct{}
+	defer func() {
+		if w != nil {
+			c.ep.mu.Lock()
+			c.release(w)
+			c.ep.mu.Unlock()
+		}
+	}()
 	for {
 		c.ep.mu.Lock()
 		if n := c.cq.Poll(wc); n > 0 {
 			c.ep.mu.Unlock()
 			return n, nil
 		}
-		closed, wake := c.ep.closed, c.wake
-		c.ep.mu.Unlock()
-		if closed {
+		if c.ep.closed {
+			c.ep.mu.Unlock()
 			return 0, ErrClosed
 		}
+		if w == nil {
+			if k := len(c.free); k > 0 {
+				w = c.free[k-1]
+				c.free = c.free[:k-1]
+			} else {
+				w = make(chan struct{}, 1)
+			}
+		}
+		c.waiters = append(c.waiters, w)
+		c.ep.mu.Unlock()
 		select {
-		case <-wake:
+		case <-w:
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
 	}
+}
+
+// release takes w off the waiters (when no signal did), empties it and
+// keeps it for the next Wait; ep.mu is held.
+func (c *CQ) release(w chan struct{}) {
+	for i, x := range c.waiters {
+		if x == w {
+			c.waiters = append(c.waiters[:i], c.waiters[i+1:]...)
+			c.waiters[len(c.waiters):][:1][0] = nil
+			break
+		}
+	}
+	select {
+	case <-w:
+	default:
+	}
+	c.free = append(c.free, w)
 }
 
 // Overruns returns how many completions were lost because the CQ was full.
@@ -462,10 +430,11 @@ func (c *CQ) Overruns() uint64 {
 
 // QP is a queue pair of an Endpoint.
 type QP struct {
-	ep     *Endpoint
-	q      *qp.QP
-	encap  bth.Encap
-	cnpTOS uint8
+	ep       *Endpoint
+	q        *qp.QP
+	encap    bth.Encap
+	src, dst netip.AddrPort // of the datagrams, from encap
+	cnpTOS   uint8
 }
 
 // NewQP creates a QP in RESET with the device's next free QPN (from 0x11
@@ -573,13 +542,14 @@ func (w *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
 			tc = bth.TrafficClass(w.ep.opts.DSCP, ecn)
 		}
 		w.encap = bth.Encap{Src: local.Unmap(), Dst: av.Remote.Addr().Unmap(), SrcPort: sport, DstPort: dport,
-			TrafficClass: tc, HopLimit: av.HopLimit, FlowLabel: av.FlowLabel,
-			SrcMAC: w.ep.opts.LocalMAC, DstMAC: w.ep.opts.RemoteMAC}
+			TrafficClass: tc, HopLimit: av.HopLimit, FlowLabel: av.FlowLabel}
 		if !local.Unmap().Is4() {
 			w.encap.Src, w.encap.Dst = local, av.Remote.Addr()
 		}
+		w.src = netip.AddrPortFrom(w.encap.Src, w.encap.SrcPort)
+		w.dst = netip.AddrPortFrom(w.encap.Dst, w.encap.DstPort)
 	}
-	w.ep.flushLocked(time.Now())
+	w.ep.flushLocked(w.ep.clock.Now())
 	return nil
 }
 
@@ -594,7 +564,7 @@ func (w *QP) PostSend(wr qp.SendWR) error {
 	if err := w.q.PostSend(wr); err != nil {
 		return err
 	}
-	w.ep.flushLocked(time.Now())
+	w.ep.flushLocked(w.ep.clock.Now())
 	return nil
 }
 
@@ -608,7 +578,7 @@ func (w *QP) PostRecv(wr qp.RecvWR) error {
 	if err := w.q.PostRecv(wr); err != nil {
 		return err
 	}
-	w.ep.flushLocked(time.Now())
+	w.ep.flushLocked(w.ep.clock.Now())
 	return nil
 }
 

@@ -60,14 +60,19 @@ type FaultRule struct {
 	acted  int
 }
 
-// Faults is a set of rules applied by an Endpoint to every packet it sends
-// and receives. It is safe for concurrent use.
+// Faults is a set of rules applied to every packet that crosses a Conn
+// wrapped by WithFaults (outgoing: Out, incoming: In), or that a Network
+// carries (Impairments.Faults, where every rule applies whatever its Dir).
+// It is safe for concurrent use.
 type Faults struct {
 	mu    sync.Mutex
 	rules []*FaultRule
 	rng   *rand.Rand
-	// Acted counts packets dropped, duplicated and delayed, per direction.
-	Dropped, Duplicated, Delayed [4]uint64 // indexed by Direction
+	// Dropped, Duplicated and Delayed count the packets the rules acted
+	// on, indexed by the Direction Apply was asked about (Both for a
+	// Network). Read them while no packet crosses, or under the Conn's
+	// quiescence (synctest, or after Close).
+	Dropped, Duplicated, Delayed [4]uint64
 }
 
 // NewFaults returns a rule set drawing its probabilities from seed.
@@ -96,10 +101,23 @@ func (f *Faults) Rules() []*FaultRule {
 	return append([]*FaultRule(nil), f.rules...)
 }
 
-// Apply decides what happens to one packet going in direction dir.
-func (f *Faults) Apply(dir Direction, p *bth.Packet) (drop, dup bool, delay time.Duration) {
+// Action is what the rules decide for one packet: drop it, deliver it
+// twice, and delay it (the delays of every rule that acted, added up).
+type Action struct {
+	Drop      bool
+	Duplicate bool
+	Delay     time.Duration
+}
+
+// Apply decides what happens to one packet going in direction dir (Out,
+// In, or Both where a path has no direction, as in a Network). It is the
+// one rule engine: the WithFaults decorator asks it about every datagram
+// that crosses a Conn, and a Network about every datagram it carries
+// (Impairments.Faults). A nil *Faults decides nothing.
+func (f *Faults) Apply(dir Direction, p *bth.Packet) Action {
+	var a Action
 	if f == nil {
-		return false, false, 0
+		return a
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -120,34 +138,21 @@ func (f *Faults) Apply(dir Direction, p *bth.Packet) (drop, dup bool, delay time
 		r.acted++
 		switch r.Kind {
 		case FaultDrop:
-			drop = true
+			a.Drop = true
 			f.Dropped[dir]++
 		case FaultDuplicate:
-			dup = true
+			a.Duplicate = true
 			f.Duplicated[dir]++
 		case FaultDelay:
-			delay += r.Delay
+			a.Delay += r.Delay
 			f.Delayed[dir]++
 		}
 	}
-	return drop, dup, delay
+	return a
 }
 
 // Acted returns how many packets the rule has acted on.
 func (r *FaultRule) Acted() int { return r.acted }
-
-// Selector turns the rules into a Network Selector, so that the same
-// rules (drop the 3rd packet with PSN x, say) can act inside an in-memory
-// Network; a Network has no directions, so each rule's Dir is ignored.
-func (f *Faults) Selector() func(d *Datagram, p *bth.Packet) Action {
-	return func(d *Datagram, p *bth.Packet) Action {
-		if p == nil {
-			return Action{}
-		}
-		drop, dup, delay := f.Apply(Both, p)
-		return Action{Drop: drop, Duplicate: dup, Delay: delay}
-	}
-}
 
 // LossRule is "drop each packet, in both directions, with probability p".
 func LossRule(p float64) *FaultRule {

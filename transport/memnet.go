@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"container/heap"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -15,8 +14,9 @@ import (
 // Network is an in-memory datagram network for tests. Conns attach to it
 // by address; a datagram sent to an address nobody listens on is lost.
 // Impairments apply to every datagram, in both directions: loss,
-// duplication, delay with jitter (which reorders), corruption, and a
-// Selector that can drop, duplicate or delay chosen packets.
+// duplication, delay with jitter (which reorders), corruption, and fault
+// rules (Faults, the rule engine of WithFaults) that drop, duplicate or
+// delay chosen packets.
 //
 // Delivery uses goroutines and timers, so under testing/synctest a test on
 // a Network runs in deterministic simulated time. The random impairments
@@ -28,8 +28,10 @@ type Network struct {
 	imp   Impairments
 	seq   uint64
 	cps   map[netip.AddrPort]*CongestionPoint
-	timed timedHeap
+	timed timedQueue[func()]
 	timer *time.Timer
+	pool  bufPool    // the copies in flight, reused once delivered
+	pkt   bth.Packet // scratch for Faults
 	// Stats.
 	Delivered, Lost, Duplicated, Corrupted, Overflowed uint64
 	// ZeroChecksumDropped counts IPv6 datagrams with UDP checksum 0 that a
@@ -45,19 +47,14 @@ type Impairments struct {
 	Loss      float64       // probability a datagram is lost
 	Duplicate float64       // probability a datagram is delivered twice
 	Corrupt   float64       // probability one byte of a datagram is flipped
-	// Selector, when set, is asked about every datagram (after decoding
-	// its transport headers, when they decode) and may act on it.
-	Selector func(d *Datagram, p *bth.Packet) Action
+	// Faults, when set, are asked about every datagram that is a RoCEv2
+	// packet (as Faults.Apply with direction Both: a rule acts whatever
+	// its Dir, and is counted under Both) and may drop, duplicate or
+	// delay it.
+	Faults *Faults
 	// QueueLen is each Conn's receive queue in datagrams (default 8192);
 	// datagrams beyond it are dropped, as by a full socket buffer.
 	QueueLen int
-}
-
-// Action is what a Selector decides for one datagram.
-type Action struct {
-	Drop      bool
-	Duplicate bool
-	Delay     time.Duration
 }
 
 // NewNetwork returns a network with the given impairments and random seed.
@@ -123,8 +120,8 @@ type memConn struct {
 	in      chan Datagram
 	done    chan struct{}
 	closed  sync.Once
-	pending pendingHeap // guarded by net.mu
-	timer   *time.Timer // guarded by net.mu
+	pending timedQueue[pending] // guarded by net.mu
+	timer   *time.Timer         // guarded by net.mu
 }
 
 func (c *memConn) LocalAddr() netip.AddrPort     { return c.addr }
@@ -153,12 +150,25 @@ func (c *memConn) ReadBatch(ds []Datagram) (int, error) {
 	case <-c.done:
 		return 0, net.ErrClosed
 	}
+	// The network's copies go back to its pool under one lock per batch.
+	var spent [64][]byte
+	k := 0
+	defer func() {
+		c.net.mu.Lock()
+		for _, b := range spent[:k] {
+			c.net.pool.put(b)
+		}
+		c.net.mu.Unlock()
+	}()
 	n := 0
 	for {
-		ds[n].Data = append(ds[n].Data[:0], d.Data...)
-		ds[n].Src, ds[n].Dst, ds[n].TOS, ds[n].TOSKnown, ds[n].TTL = d.Src, d.Dst, d.TOS, true, d.TTL
+		fill(&ds[n], &d)
+		ds[n].TOSKnown = true
+		ds[n].zeroChecksum = false
+		spent[k] = d.Data
+		k++
 		n++
-		if n == len(ds) {
+		if n == len(ds) || k == len(spent) {
 			return n, nil
 		}
 		select {
@@ -187,6 +197,7 @@ func (c *memConn) WriteBatch(ds []Datagram) (int, error) {
 // send applies the impairments and schedules delivery of a copy of d.
 func (n *Network) send(d Datagram) {
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	imp := n.imp
 	lost := imp.Loss > 0 && n.rng.Float64() < imp.Loss
 	dup := imp.Duplicate > 0 && n.rng.Float64() < imp.Duplicate
@@ -198,35 +209,31 @@ func (n *Network) send(d Datagram) {
 	if imp.Corrupt > 0 && n.rng.Float64() < imp.Corrupt && len(d.Data) > 0 {
 		corrupt = n.rng.IntN(len(d.Data))
 	}
-	n.mu.Unlock()
-	if imp.Selector != nil {
-		var p bth.Packet
-		var pp *bth.Packet
-		if p.Decode(d.Data) == nil {
-			pp = &p
-		}
-		a := imp.Selector(&d, pp)
+	if imp.Faults != nil && n.pkt.Decode(d.Data) == nil {
+		a := imp.Faults.Apply(Both, &n.pkt)
 		lost = lost || a.Drop
 		dup = dup || a.Duplicate
 		delay += a.Delay
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	if lost {
 		n.Lost++
 		return
 	}
-	data := append([]byte(nil), d.Data...)
+	data := d.Data
+	d.Data = n.pool.get(data)
 	if corrupt >= 0 {
-		data[corrupt] ^= 0x55
+		d.Data[corrupt] ^= 0x55
 		n.Corrupted++
 	}
-	d.Data = data
-	n.route(d, delay)
 	if dup {
 		n.Duplicated++
-		n.route(d, delay+time.Microsecond)
+		c := d
+		c.Data = n.pool.get(d.Data)
+		n.route(d, delay)
+		n.route(c, delay+time.Microsecond)
+		return
 	}
+	n.route(d, delay)
 }
 
 // route sends d towards its destination: through the destination's
@@ -250,7 +257,7 @@ func (n *Network) route(d Datagram, delay time.Duration) {
 // would not guarantee: datagrams on one link must not overtake each other.
 func (n *Network) laterLocked(delay time.Duration, fn func()) {
 	n.seq++
-	heap.Push(&n.timed, timedFn{at: time.Now().Add(delay), seq: n.seq, fn: fn})
+	n.timed.push(timed[func()]{at: time.Now().Add(delay), seq: n.seq, v: fn})
 	if n.timer == nil {
 		n.timer = time.AfterFunc(delay, n.runTimed)
 	} else if n.timed[0].seq == n.seq {
@@ -262,36 +269,12 @@ func (n *Network) runTimed() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	now := time.Now()
-	for len(n.timed) > 0 && !n.timed[0].at.After(now) {
-		heap.Pop(&n.timed).(timedFn).fn()
+	for n.timed.due(now) {
+		n.timed.pop().v()
 	}
 	if len(n.timed) > 0 {
 		n.timer.Reset(n.timed[0].at.Sub(now))
 	}
-}
-
-type timedFn struct {
-	at  time.Time
-	seq uint64
-	fn  func()
-}
-
-type timedHeap []timedFn
-
-func (h timedHeap) Len() int { return len(h) }
-func (h timedHeap) Less(i, j int) bool {
-	if h[i].at.Equal(h[j].at) {
-		return h[i].seq < h[j].seq
-	}
-	return h[i].at.Before(h[j].at)
-}
-func (h timedHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *timedHeap) Push(x any)   { *h = append(*h, x.(timedFn)) }
-func (h *timedHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
 }
 
 // scheduleLocked queues d for delivery after delay (n.mu held). Each Conn delivers in order
@@ -301,6 +284,7 @@ func (n *Network) scheduleLocked(d Datagram, delay time.Duration, onDeliver func
 	c := n.conns[d.Dst]
 	if c == nil {
 		n.Lost++
+		n.pool.put(d.Data)
 		if onDeliver != nil {
 			onDeliver()
 		}
@@ -308,7 +292,7 @@ func (n *Network) scheduleLocked(d Datagram, delay time.Duration, onDeliver func
 	}
 	n.seq++
 	at := time.Now().Add(delay)
-	heap.Push(&c.pending, pending{at: at, seq: n.seq, d: d, done: onDeliver})
+	c.pending.push(timed[pending]{at: at, seq: n.seq, v: pending{d: d, done: onDeliver}})
 	if c.timer == nil {
 		c.timer = time.AfterFunc(delay, c.deliver)
 	} else if c.pending[0].seq == n.seq {
@@ -322,13 +306,14 @@ func (c *memConn) deliver() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	now := time.Now()
-	for len(c.pending) > 0 && !c.pending[0].at.After(now) {
-		p := heap.Pop(&c.pending).(pending)
+	for c.pending.due(now) {
+		p := c.pending.pop().v
 		if p.done != nil {
 			p.done()
 		}
 		if p.d.zeroChecksum && c.opts.RejectZeroChecksum6 && !p.d.Dst.Addr().Unmap().Is4() {
 			n.ZeroChecksumDropped++
+			n.pool.put(p.d.Data)
 			continue
 		}
 		select {
@@ -338,6 +323,7 @@ func (c *memConn) deliver() {
 			return
 		default:
 			n.Overflowed++
+			n.pool.put(p.d.Data)
 		}
 	}
 	if len(c.pending) > 0 {
@@ -346,26 +332,6 @@ func (c *memConn) deliver() {
 }
 
 type pending struct {
-	at   time.Time
-	seq  uint64
 	d    Datagram
 	done func() // runs (with the network's lock) when d is delivered
-}
-
-type pendingHeap []pending
-
-func (h pendingHeap) Len() int { return len(h) }
-func (h pendingHeap) Less(i, j int) bool {
-	if h[i].at.Equal(h[j].at) {
-		return h[i].seq < h[j].seq
-	}
-	return h[i].at.Before(h[j].at)
-}
-func (h pendingHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *pendingHeap) Push(x any)   { *h = append(*h, x.(pending)) }
-func (h *pendingHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
 }

@@ -28,7 +28,9 @@ import (
 // directions apart by source address). A UDP socket cannot keep the
 // senders' addresses, so datagrams leave with the switch's address and
 // port, and the switch rewrites each one's ICRC to match (Linux gives its
-// DF datagrams IP ID 0, so the receiver can check it). A datagram whose
+// DF datagrams IP ID 0, so the receiver can check it; on other systems the
+// UDP Conn sets no DF, and the rewritten ICRC assumes an IP ID the kernel
+// does not send). A datagram whose
 // ICRC did not verify on arrival is given a wrong one again; senders that
 // put other IP IDs on their packets (rxe) cannot be checked, and their
 // packets leave with bad ICRCs.

@@ -31,7 +31,8 @@ func TestUDPSwitchDCQCN(t *testing.T) {
 	capFile := filepath.Join(t.TempDir(), "receiver.pcap")
 	w, err := pcap.Create(capFile)
 	require.NoError(t, err)
-	recv := transport.NewEndpoint(rc, transport.Options{Capture: w, ICRC: transport.ICRCAssumeID0})
+	recv := transport.NewEndpoint(transport.WithObserver(rc, nil, transport.CaptureObserver(w, [6]byte{}, [6]byte{})),
+		transport.Options{ICRC: transport.ICRCAssumeID0})
 	defer recv.Close()
 
 	var senderConns []transport.Conn

@@ -7,105 +7,92 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"strconv"
 	"sync"
+	"syscall"
+	"unsafe"
 
-	"github.com/roce-emu/roce-emu/bth"
-	"golang.org/x/net/ipv4"
-	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
 )
-
-// UDPOptions configure a UDP Conn.
-type UDPOptions struct {
-	// TOS is the IPv4 TOS / IPv6 traffic class set on the sockets
-	// (DSCP<<2 | ECN). Every datagram sent carries its own Datagram.TOS
-	// in a control message, so this matters only to what the kernel sends
-	// by itself.
-	TOS uint8
-	// TTL is the default IPv4 TTL / IPv6 hop limit (0: 64).
-	TTL uint8
-	// BatchSize is the most datagrams read per system call (default 64).
-	BatchSize int
-	// SocketBuffer is SO_RCVBUF and SO_SNDBUF in bytes (default 4 MiB;
-	// the kernel caps it at net.core.rmem_max / wmem_max).
-	SocketBuffer int
-	// EphemeralPort makes port 0 mean "any free port" instead of 4791.
-	EphemeralPort bool
-	// ComputeUDPChecksum makes the kernel compute the UDP checksum of
-	// the datagrams sent. By default (false) they leave with UDP checksum
-	// 0, over IPv4 (SO_NO_CHECK) and IPv6 (UDP_NO_CHECK6_TX) alike, as rxe
-	// sends RoCEv2 (rxe_net.c writes checksum 0; seen on the wire in
-	// ../shared/testdata/cases/interop) and as RFC 6935 and 6936 allow for
-	// tunnel protocols over IPv6: the ICRC protects the packet. Receiving
-	// never depends on it: every socket accepts checksum 0 over IPv6
-	// (UDP_NO_CHECK6_RX), which a stock Linux UDP/IPv6 socket drops and
-	// counts in Udp6InErrors.
-	ComputeUDPChecksum bool
-}
-
-// batchConn is what ipv4.PacketConn and ipv6.PacketConn share.
-type batchConn interface {
-	ReadBatch(ms []ipv4.Message, flags int) (int, error)
-	WriteBatch(ms []ipv4.Message, flags int) (int, error)
-}
 
 // udpConn is a Conn on kernel UDP sockets: one bound to the receive port
 // (4791 by default), and one per extra source port QPs send from. Every
 // socket sets DF (IP_PMTUDISC_DO), so that Linux gives its datagrams IP
 // ID 0 (ROCEV2.md section 3) and peers can verify our ICRC; each reads the
 // TOS of received datagrams (IP_RECVTOS / IPV6_RECVTCLASS).
+//
+// Reads are recvmmsg(2) straight into the callers' buffers and writes
+// sendmmsg(2) from them, with message headers, addresses and control
+// messages kept in the Conn and reused: no allocation per datagram.
 type udpConn struct {
 	local netip.AddrPort
 	v6    bool
 	opts  UDPOptions
-	main  *net.UDPConn
-	mainB batchConn
+	main  *sender
 
 	mu    sync.Mutex
 	extra map[uint16]*sender
 
-	rms  []ipv4.Message
-	wmu  sync.Mutex // WriteBatch may be called from several goroutines
-	wms  []ipv4.Message
-	woob [][]byte
+	rmu     sync.Mutex // one ReadBatch at a time
+	rhdrs   []mmsghdr
+	riov    []unix.Iovec
+	rnames  []unix.RawSockaddrInet6
+	roob    []byte
+	rspare  [][]byte // for slots with no capacity of their own
+	rk, rn  int      // messages offered to and filled by recvmmsg
+	rerrno  syscall.Errno
+	readFn  func(fd uintptr) bool
+	writeFn func(fd uintptr) bool
+
+	wmu     sync.Mutex // WriteBatch may be called from several goroutines
+	whdrs   []mmsghdr
+	wiov    []unix.Iovec
+	wnames  []unix.RawSockaddrInet6
+	woob    []byte
+	wk, wn  int // messages to send and sent by sendmmsg
+	werrno  syscall.Errno
+	zoneIDs map[string]uint32 // interface index by zone name
 }
 
+// mmsghdr is struct mmsghdr of recvmmsg(2) and sendmmsg(2).
+type mmsghdr struct {
+	hdr unix.Msghdr
+	n   uint32
+}
+
+// oobLen is the control message room of one received datagram (one
+// IP_TOS or IPV6_TCLASS message), and woobLen of one sent (TOS and TTL).
+var (
+	oobLen  = 64
+	woobLen = 2 * unix.CmsgSpace(4)
+)
+
 type sender struct {
-	c *net.UDPConn
-	b batchConn
+	c   *net.UDPConn
+	raw syscall.RawConn
 }
 
 // ListenUDP opens a Conn on addr (port 0 means 4791). The address must be
 // one of this host's (a loopback address such as 127.0.0.2 works on Linux).
 func ListenUDP(addr netip.AddrPort, opts UDPOptions) (Conn, error) {
-	if addr.Port() == 0 && !opts.EphemeralPort {
-		addr = netip.AddrPortFrom(addr.Addr(), bth.UDPPort)
-	}
-	if a := addr.Addr(); a.Is6() && a.IsLinkLocalUnicast() && a.Zone() == "" {
-		return nil, fmt.Errorf("transport: link-local address %s needs a zone, as in %s%%eth0", a, a)
-	}
-	if opts.BatchSize <= 0 {
-		opts.BatchSize = 64
-	}
-	if opts.SocketBuffer <= 0 {
-		opts.SocketBuffer = 4 << 20
-	}
-	if opts.TTL == 0 {
-		opts.TTL = 64
+	addr, err := listenAddr(addr, &opts)
+	if err != nil {
+		return nil, err
 	}
 	c := &udpConn{local: addr, v6: !addr.Addr().Unmap().Is4(), opts: opts, extra: map[uint16]*sender{}}
 	s, err := c.open(addr.Port(), true)
 	if err != nil {
 		return nil, err
 	}
-	c.main, c.mainB = s.c, s.b
+	c.main = s
 	c.local = netip.AddrPortFrom(addr.Addr(), uint16(s.c.LocalAddr().(*net.UDPAddr).Port))
 	c.extra[c.local.Port()] = s
-	c.rms = make([]ipv4.Message, opts.BatchSize)
-	for i := range c.rms {
-		c.rms[i].Buffers = [][]byte{make([]byte, 16<<10)}
-		c.rms[i].OOB = make([]byte, 64)
-	}
+	k := opts.BatchSize
+	c.rhdrs, c.riov, c.rnames = make([]mmsghdr, k), make([]unix.Iovec, k), make([]unix.RawSockaddrInet6, k)
+	c.roob, c.rspare = make([]byte, k*oobLen), make([][]byte, k)
+	c.readFn, c.writeFn = c.recvmmsg, c.sendmmsg
+	c.zoneIDs = map[string]uint32{}
 	return c, nil
 }
 
@@ -167,26 +154,10 @@ func (c *udpConn) open(port uint16, recv bool) (*sender, error) {
 		uc.Close()
 		return nil, err
 	}
-	var b batchConn
-	if c.v6 {
-		b = ipv6.NewPacketConn(uc)
-	} else {
-		b = ipv4.NewPacketConn(uc)
-	}
-	return &sender{c: uc, b: b}, nil
+	return &sender{c: uc, raw: raw}, nil
 }
 
 func (c *udpConn) LocalAddr() netip.AddrPort { return c.local }
-
-// withZone gives a link-local destination without a zone the zone of the
-// local address: GIDs carry none, and the kernel needs one to pick the
-// interface (fe80::2 reached through fe80::1%tap0 goes out of tap0).
-func (c *udpConn) withZone(dst netip.AddrPort) netip.AddrPort {
-	if a := dst.Addr(); a.Zone() == "" && a.Is6() && (a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast()) {
-		return netip.AddrPortFrom(a.WithZone(c.local.Addr().Zone()), dst.Port())
-	}
-	return dst
-}
 
 // SourcePort opens (once) a socket bound to want on the local address. If
 // the port is taken it falls back to the receive port.
@@ -219,69 +190,135 @@ func (c *udpConn) Close() error {
 	return err
 }
 
+// ReadBatch reads up to len(ds) (at most BatchSize) datagrams with one
+// recvmmsg, each into ds[i].Data's capacity; a slot with no capacity is
+// read into a buffer of the Conn's own and copied. A datagram larger than
+// its buffer is handed on empty (a reader counts it as malformed).
 func (c *udpConn) ReadBatch(ds []Datagram) (int, error) {
-	ms := c.rms
-	if len(ds) < len(ms) {
-		ms = ms[:len(ds)]
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	k := min(len(ds), len(c.rhdrs))
+	if k == 0 {
+		return 0, nil
 	}
-	for i := range ms {
-		ms[i].OOB = ms[i].OOB[:cap(ms[i].OOB)]
+	for i := range k {
+		buf := ds[i].Data[:cap(ds[i].Data)]
+		if len(buf) == 0 {
+			if c.rspare[i] == nil {
+				c.rspare[i] = make([]byte, 16<<10)
+			}
+			buf = c.rspare[i]
+		}
+		c.riov[i].Base = &buf[0]
+		c.riov[i].SetLen(len(buf))
+		h := &c.rhdrs[i]
+		h.hdr = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&c.rnames[i])), Namelen: unix.SizeofSockaddrInet6,
+			Iov: &c.riov[i], Control: &c.roob[i*oobLen]}
+		h.hdr.SetIovlen(1)
+		h.hdr.SetControllen(oobLen)
+		h.n = 0
 	}
-	n, err := c.mainB.ReadBatch(ms, 0)
-	if err != nil {
+	c.rk = k
+	if err := c.main.raw.Read(c.readFn); err != nil {
 		return 0, err
 	}
-	for i := 0; i < n; i++ {
-		m := &ms[i]
-		d := &ds[i]
-		if m.Flags&unix.MSG_TRUNC != 0 {
-			d.Data = d.Data[:0] // too large for the buffer: handed on empty, counted as malformed
-		} else {
-			d.Data = append(d.Data[:0], m.Buffers[0][:m.N]...)
-		}
-		if ua, ok := m.Addr.(*net.UDPAddr); ok {
-			// A GID has no zone, and the QP's remote address came from a
-			// GID: link-local sources are compared without theirs.
-			ap := ua.AddrPort()
-			d.Src = netip.AddrPortFrom(ap.Addr().Unmap().WithZone(""), ap.Port())
-		}
-		d.Dst = c.local
-		d.TOS, d.TOSKnown = parseTOS(m.OOB[:m.NN])
+	if c.rerrno != 0 {
+		return 0, os.NewSyscallError("recvmmsg", c.rerrno)
 	}
-	return n, nil
+	for i := range c.rn {
+		h := &c.rhdrs[i]
+		d := &ds[i]
+		n := int(h.n)
+		switch {
+		case h.hdr.Flags&unix.MSG_TRUNC != 0:
+			d.Data = d.Data[:0] // too large for the buffer: handed on empty, counted as malformed
+		case cap(d.Data) == 0:
+			d.Data = append(d.Data[:0], c.rspare[i][:n]...)
+		default:
+			d.Data = d.Data[:n]
+		}
+		// A GID has no zone, and the QP's remote address came from a
+		// GID: link-local sources are compared without theirs.
+		d.Src = sockaddrAddrPort(&c.rnames[i])
+		d.Dst = c.local
+		d.TTL = 0
+		d.TOS, d.TOSKnown = parseTOS(c.roob[i*oobLen : i*oobLen+int(h.hdr.Controllen)])
+	}
+	return c.rn, nil
 }
 
-// parseTOS finds the IP_TOS or IPV6_TCLASS control message.
-func parseTOS(oob []byte) (uint8, bool) {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return 0, false
-	}
-	for _, m := range msgs {
-		switch {
-		case m.Header.Level == unix.IPPROTO_IP && m.Header.Type == unix.IP_TOS && len(m.Data) >= 1:
-			return m.Data[0], true
-		case m.Header.Level == unix.IPPROTO_IPV6 && m.Header.Type == unix.IPV6_TCLASS && len(m.Data) >= 4:
-			return uint8(binary.NativeEndian.Uint32(m.Data)), true
+// recvmmsg is the RawConn read function: false asks to wait until the
+// socket is readable.
+func (c *udpConn) recvmmsg(fd uintptr) bool {
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&c.rhdrs[0])), uintptr(c.rk), 0, 0, 0)
+		switch e {
+		case 0:
+			c.rn, c.rerrno = int(n), 0
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
 		}
+		c.rn, c.rerrno = 0, e
+		return true
+	}
+}
+
+// sockaddrAddrPort reads a received sockaddr_in or sockaddr_in6 (port in
+// network byte order), without its zone.
+func sockaddrAddrPort(sa *unix.RawSockaddrInet6) netip.AddrPort {
+	switch sa.Family {
+	case unix.AF_INET:
+		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		return netip.AddrPortFrom(netip.AddrFrom4(sa4.Addr), ntohs(sa4.Port))
+	case unix.AF_INET6:
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), ntohs(sa.Port))
+	}
+	return netip.AddrPort{}
+}
+
+// ntohs and htons convert a port between host order and the network
+// order a sockaddr holds it in.
+func ntohs(p uint16) uint16 { return binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&p))[:]) }
+func htons(p uint16) uint16 {
+	var v uint16
+	binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&v))[:], p)
+	return v
+}
+
+// parseTOS finds the IP_TOS or IPV6_TCLASS control message, checking
+// every length against the buffer.
+func parseTOS(oob []byte) (uint8, bool) {
+	for len(oob) >= unix.SizeofCmsghdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		l := int(h.Len)
+		if l < unix.SizeofCmsghdr || l > len(oob) {
+			return 0, false
+		}
+		data := oob[unix.CmsgLen(0):l]
+		switch {
+		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_TOS && len(data) >= 1:
+			return data[0], true
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_TCLASS && len(data) >= 4:
+			return uint8(binary.NativeEndian.Uint32(data)), true
+		}
+		oob = oob[min(unix.CmsgSpace(l-unix.CmsgLen(0)), len(oob)):]
 	}
 	return 0, false
 }
 
-// cmsgs builds the control messages that set one datagram's TOS / traffic
-// class and TTL / hop limit.
-func (c *udpConn) cmsgs(b []byte, tos, ttl uint8) []byte {
+// cmsgs writes into b (2*CmsgSpace(4) bytes) the control messages that
+// set one datagram's TOS / traffic class and TTL / hop limit.
+func (c *udpConn) cmsgs(b []byte, tos, ttl uint8) {
 	level, tosType, ttlType := unix.IPPROTO_IP, unix.IP_TOS, unix.IP_TTL
 	if c.v6 {
 		level, tosType, ttlType = unix.IPPROTO_IPV6, unix.IPV6_TCLASS, unix.IPV6_HOPLIMIT
 	}
 	space := unix.CmsgSpace(4)
-	if cap(b) < 2*space {
-		b = make([]byte, 2*space)
-	}
-	b = b[:2*space]
 	clear(b)
-	for i, x := range []struct {
+	for i, x := range [2]struct {
 		typ int
 		v   uint8
 	}{{tosType, tos}, {ttlType, ttl}} {
@@ -292,12 +329,19 @@ func (c *udpConn) cmsgs(b []byte, tos, ttl uint8) []byte {
 		h.SetLen(unix.CmsgLen(4))
 		binary.NativeEndian.PutUint32(m[unix.CmsgLen(0):], uint32(x.v))
 	}
-	return b
 }
 
+// WriteBatch sends ds in order with sendmmsg, each run of datagrams from
+// one source port from that port's socket (the receive socket when the
+// port has none), each datagram with its own TOS and TTL.
 func (c *udpConn) WriteBatch(ds []Datagram) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	if len(ds) > len(c.whdrs) {
+		k := max(len(ds), 64)
+		c.whdrs, c.wiov, c.wnames = make([]mmsghdr, k), make([]unix.Iovec, k), make([]unix.RawSockaddrInet6, k)
+		c.woob = make([]byte, k*woobLen)
+	}
 	sent := 0
 	for sent < len(ds) {
 		// A run of datagrams from the same source port goes in one sendmmsg.
@@ -309,32 +353,104 @@ func (c *udpConn) WriteBatch(ds []Datagram) (int, error) {
 		c.mu.Lock()
 		s := c.extra[port]
 		if s == nil {
-			s = c.extra[c.local.Port()]
+			s = c.main
 		}
 		c.mu.Unlock()
-		run := ds[sent:end]
-		if cap(c.wms) < len(run) {
-			c.wms = make([]ipv4.Message, len(run))
-			c.woob = make([][]byte, len(run))
-		}
-		ms := c.wms[:len(run)]
-		for i := range run {
-			tos, ttl := run[i].TOS, run[i].TTL
+		for i := range end - sent {
+			d := &ds[sent+i]
+			ttl := d.TTL
 			if ttl == 0 {
 				ttl = c.opts.TTL
 			}
-			c.woob[i] = c.cmsgs(c.woob[i], tos, ttl)
-			ms[i] = ipv4.Message{Buffers: [][]byte{run[i].Data}, OOB: c.woob[i],
-				Addr: net.UDPAddrFromAddrPort(c.withZone(run[i].Dst))}
-		}
-		for off := 0; off < len(ms); {
-			n, err := s.b.WriteBatch(ms[off:], 0)
+			oob := c.woob[i*woobLen : (i+1)*woobLen]
+			c.cmsgs(oob, d.TOS, ttl)
+			namelen, err := c.sockaddr(&c.wnames[i], d.Dst)
 			if err != nil {
-				return sent + off, err
+				return sent, err
 			}
-			off += n
+			c.wiov[i].Base = nil
+			if len(d.Data) > 0 {
+				c.wiov[i].Base = &d.Data[0]
+			}
+			c.wiov[i].SetLen(len(d.Data))
+			h := &c.whdrs[i]
+			h.hdr = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&c.wnames[i])), Namelen: namelen, Iov: &c.wiov[i], Control: &oob[0]}
+			h.hdr.SetIovlen(1)
+			h.hdr.SetControllen(woobLen)
+			h.n = 0
+		}
+		c.wk, c.wn, c.werrno = end-sent, 0, 0
+		err := s.raw.Write(c.writeFn)
+		// Drop the references to the caller's buffers.
+		for i := range end - sent {
+			c.wiov[i].Base = nil
+		}
+		if err == nil && c.werrno != 0 {
+			err = os.NewSyscallError("sendmmsg", c.werrno)
+			if c.werrno == unix.EMSGSIZE {
+				err = fmt.Errorf("%w: %w", ErrTooBig, err)
+			}
+		}
+		if err != nil {
+			return sent + c.wn, err
 		}
 		sent = end
 	}
 	return sent, nil
 }
+
+// sendmmsg is the RawConn write function: it sends the wk prepared
+// messages, and returns false to wait until the socket is writable.
+func (c *udpConn) sendmmsg(fd uintptr) bool {
+	for c.wn < c.wk {
+		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&c.whdrs[c.wn])), uintptr(c.wk-c.wn), 0, 0, 0)
+		switch e {
+		case 0:
+			c.wn += int(n)
+			continue
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		}
+		c.werrno = e
+		return true
+	}
+	return true
+}
+
+// sockaddr writes dst as the socket's address family wants it and returns
+// its length. A link-local IPv6 destination gets the local address's zone
+// when it has none (withZone), as an interface index.
+func (c *udpConn) sockaddr(sa *unix.RawSockaddrInet6, dst netip.AddrPort) (uint32, error) {
+	a := dst.Addr()
+	if !c.v6 {
+		if !a.Unmap().Is4() {
+			return 0, fmt.Errorf("transport: cannot send to %s from IPv4 address %s", a, c.local.Addr())
+		}
+		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		*sa4 = unix.RawSockaddrInet4{Family: unix.AF_INET, Port: htons(dst.Port()), Addr: a.Unmap().As4()}
+		return unix.SizeofSockaddrInet4, nil
+	}
+	dst = c.withZone(dst)
+	a = dst.Addr()
+	*sa = unix.RawSockaddrInet6{Family: unix.AF_INET6, Port: htons(dst.Port()), Addr: a.As16()}
+	if z := a.Zone(); z != "" {
+		id, ok := c.zoneIDs[z]
+		if !ok {
+			if n, err := strconv.ParseUint(z, 10, 32); err == nil {
+				id = uint32(n)
+			} else if ifi, err := net.InterfaceByName(z); err == nil {
+				id = uint32(ifi.Index)
+			} else {
+				return 0, fmt.Errorf("transport: zone of %s: %w", a, err)
+			}
+			c.zoneIDs[z] = id
+		}
+		sa.Scope_id = id
+	}
+	return unix.SizeofSockaddrInet6, nil
+}
+
+// withZone: see the function withZone.
+func (c *udpConn) withZone(dst netip.AddrPort) netip.AddrPort { return withZone(c.local.Addr(), dst) }

@@ -173,3 +173,77 @@ func TestUDPSourcePortTaken(t *testing.T) {
 	taken := uint16(other.LocalAddr().(*net.UDPAddr).Port)
 	assert.Equal(t, c.LocalAddr().Port(), c.SourcePort(taken))
 }
+
+// The portable Conn (ListenUDP off Linux) runs the same end-to-end test on
+// loopback here: every opcode, every size, one datagram per system call,
+// no TOS read.
+func TestStdUDPEveryOpcode(t *testing.T) {
+	var conns [2]Conn
+	for i, a := range []string{"127.0.0.1", "127.0.0.2"} {
+		c, err := listenStd(netip.AddrPortFrom(netip.MustParseAddr(a), 0), UDPOptions{TOS: bth.TrafficClass(26, bth.ECT0), EphemeralPort: true})
+		require.NoError(t, err)
+		conns[i] = c
+	}
+	s := connect(t, conns, defaultPair())
+	everyOpcode(t, s)
+	assert.Zero(t, s[1].ep.Stats().Malformed)
+	// A lossy run, so that retransmission goes through it too.
+	cfg := defaultPair()
+	cfg.timeout = 8
+	cfg.faults = [2]*Faults{NewFaults(1, LossRule(0.05)), NewFaults(2, LossRule(0.05))}
+	var lossy [2]Conn
+	for i, a := range []string{"127.0.0.1", "127.0.0.2"} {
+		c, err := listenStd(netip.AddrPortFrom(netip.MustParseAddr(a), 0), UDPOptions{EphemeralPort: true})
+		require.NoError(t, err)
+		lossy[i] = c
+	}
+	ls := connect(t, lossy, cfg)
+	n := 64 << 10
+	src := pattern(n, 7)
+	dst := make([]byte, n)
+	smr, _ := ls[0].pd.RegMR(src, qp.IBV_ACCESS_LOCAL_WRITE)
+	dmr, _ := ls[1].pd.RegMR(dst, qp.IBV_ACCESS_LOCAL_WRITE|qp.IBV_ACCESS_REMOTE_WRITE)
+	require.NoError(t, ls[0].qp.PostSend(qp.SendWR{WRID: 1, Opcode: qp.IBV_WR_RDMA_WRITE, SGEs: []qp.SGE{smr.SGE(0, n)}, RemoteAddr: dmr.VA, RKey: dmr.RKey}))
+	wc := wait(t, ls[0].cq, 1)
+	require.Equal(t, qp.IBV_WC_SUCCESS, wc[0].Status)
+	ls[1].ep.Sync()
+	assert.Equal(t, src, dst)
+}
+
+// The portable Conn reports no TOS, and sends from the socket of each
+// datagram's source port.
+func TestStdUDPConn(t *testing.T) {
+	a, err := listenStd(netip.MustParseAddrPort("127.0.0.1:0"), UDPOptions{EphemeralPort: true})
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := listenStd(netip.MustParseAddrPort("127.0.0.2:0"), UDPOptions{EphemeralPort: true})
+	require.NoError(t, err)
+	defer b.Close()
+	other, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
+	require.NoError(t, err)
+	taken := uint16(other.LocalAddr().(*net.UDPAddr).Port)
+	assert.Equal(t, a.LocalAddr().Port(), a.SourcePort(taken), "a taken port falls back to the receive port")
+	other.Close()
+	free := taken
+	assert.Equal(t, free, a.SourcePort(free))
+	_, err = a.WriteBatch([]Datagram{{Data: []byte("one"), Src: netip.AddrPortFrom(a.LocalAddr().Addr(), free), Dst: b.LocalAddr(), TOS: 0xFF},
+		{Data: []byte("two"), Src: a.LocalAddr(), Dst: b.LocalAddr()}})
+	require.NoError(t, err)
+	ds := make([]Datagram, 4)
+	ds[0].Data = make([]byte, 0, 2048)
+	var got []string
+	var ports []uint16
+	for len(got) < 2 {
+		n, err := b.ReadBatch(ds)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "one datagram per call")
+		assert.False(t, ds[0].TOSKnown)
+		got = append(got, string(ds[0].Data))
+		ports = append(ports, ds[0].Src.Port())
+	}
+	assert.Equal(t, []string{"one", "two"}, got)
+	assert.Equal(t, []uint16{free, a.LocalAddr().Port()}, ports)
+	require.NoError(t, a.Close())
+	_, err = a.ReadBatch(ds)
+	assert.ErrorIs(t, err, net.ErrClosed)
+}

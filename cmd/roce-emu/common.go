@@ -106,7 +106,7 @@ func (n *netFlags) openEndpoint() (*transport.Endpoint, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("cannot listen on %s UDP port %d: %v", addr, n.udpPort, err)
 	}
-	opts := transport.Options{Faults: faults}
+	opts := transport.Options{}
 	if n.stderr != nil {
 		opts.Logger = slog.New(&warnOnce{w: n.stderr})
 	}
@@ -120,7 +120,12 @@ func (n *netFlags) openEndpoint() (*transport.Endpoint, func(), error) {
 			conn.Close()
 			return nil, nil, fmt.Errorf("--pcap: %v", err)
 		}
-		opts.Capture = w
+		// The capture sees what crosses the socket: outgoing packets
+		// after the faults, incoming ones before.
+		conn = transport.WithObserver(conn, nil, transport.CaptureObserver(w, [6]byte{}, [6]byte{}))
+	}
+	if len(faults.Rules()) > 0 {
+		conn = transport.WithFaults(conn, faults, nil)
 	}
 	ep := transport.NewEndpoint(conn, opts)
 	closeAll := func() {

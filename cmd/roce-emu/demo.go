@@ -125,9 +125,15 @@ func demo(a, b string, port uint16, pcapFile string, loss float64, rules []*tran
 	}
 	for i := range conns {
 		conn := conns[i]
-		opts := transport.Options{ICRC: transport.ICRCAssumeID0, DSCP: 26, LocalMAC: [6]byte{2, 0, 0, 0, 0, byte(0xa + i)}, RemoteMAC: [6]byte{2, 0, 0, 0, 0, byte(0xb - i)}}
+		opts := transport.Options{ICRC: transport.ICRCAssumeID0, DSCP: 26}
 		if i == 0 {
-			opts.Capture, opts.Faults = capture, faults
+			// A's capture sees what crosses A's socket: its packets after
+			// the faults, B's before.
+			if capture != nil {
+				conn = transport.WithObserver(conn, nil, transport.CaptureObserver(capture,
+					[6]byte{2, 0, 0, 0, 0, byte(0xa + i)}, [6]byte{2, 0, 0, 0, 0, byte(0xb - i)}))
+			}
+			conn = transport.WithFaults(conn, faults, nil)
 		}
 		ep := transport.NewEndpoint(conn, opts)
 		defer ep.Close()

@@ -31,7 +31,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/roce-emu/roce-emu/oob"
@@ -362,7 +361,7 @@ func newPerftestTraffic(ctx context.Context, ep *transport.Endpoint, kind string
 		// the next packet in while it reads, a race by design, so the
 		// buffer is mapped outside Go's heap, where the race detector does
 		// not look. perftest zeroes this buffer; so does mmap.
-		m, err := syscall.Mmap(-1, 0, total, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+		m, err := mapBuffer(total)
 		if err != nil {
 			return nil, fmt.Errorf("cannot map %d bytes: %v", total, err)
 		}
@@ -404,7 +403,7 @@ func newPerftestTraffic(ctx context.Context, ep *transport.Endpoint, kind string
 // it may write into the buffer until then.
 func (r *perftestTraffic) free() {
 	if r.mapped {
-		syscall.Munmap(r.buf)
+		unmapBuffer(r.buf)
 		r.buf, r.mapped = nil, false
 	}
 }

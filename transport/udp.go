@@ -1,0 +1,70 @@
+package transport
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/roce-emu/roce-emu/bth"
+)
+
+// UDPOptions configure a UDP Conn (ListenUDP). On Linux every option
+// applies; the portable Conn of other systems sets TOS, TTL and
+// SocketBuffer on its sockets and ignores BatchSize and
+// ComputeUDPChecksum (see its BUG note).
+type UDPOptions struct {
+	// TOS is the IPv4 TOS / IPv6 traffic class set on the sockets
+	// (DSCP<<2 | ECN). On Linux every datagram sent carries its own
+	// Datagram.TOS in a control message, so this matters only to what the
+	// kernel sends by itself; elsewhere every datagram carries this TOS.
+	TOS uint8
+	// TTL is the default IPv4 TTL / IPv6 hop limit (0: 64).
+	TTL uint8
+	// BatchSize is the most datagrams read per system call (default 64).
+	BatchSize int
+	// SocketBuffer is SO_RCVBUF and SO_SNDBUF in bytes (default 4 MiB;
+	// the kernel caps it at net.core.rmem_max / wmem_max).
+	SocketBuffer int
+	// EphemeralPort makes port 0 mean "any free port" instead of 4791.
+	EphemeralPort bool
+	// ComputeUDPChecksum makes the kernel compute the UDP checksum of
+	// the datagrams sent. By default (false) they leave with UDP checksum
+	// 0, over IPv4 (SO_NO_CHECK) and IPv6 (UDP_NO_CHECK6_TX) alike, as rxe
+	// sends RoCEv2 (rxe_net.c writes checksum 0; seen on the wire in
+	// ../shared/testdata/cases/interop) and as RFC 6935 and 6936 allow for
+	// tunnel protocols over IPv6: the ICRC protects the packet. Receiving
+	// never depends on it: every socket accepts checksum 0 over IPv6
+	// (UDP_NO_CHECK6_RX), which a stock Linux UDP/IPv6 socket drops and
+	// counts in Udp6InErrors.
+	ComputeUDPChecksum bool
+}
+
+// listenAddr applies the defaults of ListenUDP to addr and opts, and
+// refuses a link-local address without a zone.
+func listenAddr(addr netip.AddrPort, opts *UDPOptions) (netip.AddrPort, error) {
+	if addr.Port() == 0 && !opts.EphemeralPort {
+		addr = netip.AddrPortFrom(addr.Addr(), bth.UDPPort)
+	}
+	if a := addr.Addr(); a.Is6() && a.IsLinkLocalUnicast() && a.Zone() == "" {
+		return addr, fmt.Errorf("transport: link-local address %s needs a zone, as in %s%%eth0", a, a)
+	}
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = 64
+	}
+	if opts.SocketBuffer <= 0 {
+		opts.SocketBuffer = 4 << 20
+	}
+	if opts.TTL == 0 {
+		opts.TTL = 64
+	}
+	return addr, nil
+}
+
+// withZone gives a link-local destination without a zone the zone of the
+// local address: GIDs carry none, and the kernel needs one to pick the
+// interface (fe80::2 reached through fe80::1%tap0 goes out of tap0).
+func withZone(local netip.Addr, dst netip.AddrPort) netip.AddrPort {
+	if a := dst.Addr(); a.Zone() == "" && a.Is6() && (a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast()) {
+		return netip.AddrPortFrom(a.WithZone(local.Zone()), dst.Port())
+	}
+	return dst
+}
