@@ -297,12 +297,12 @@ func (h *timedHeap) Pop() any {
 // scheduleLocked queues d for delivery after delay (n.mu held). Each Conn delivers in order
 // of due time, and in sending order for equal times, from one timer, so
 // that equal delays never reorder.
-func (n *Network) scheduleLocked(d Datagram, delay time.Duration, onDeliver func()) {
+func (n *Network) scheduleLocked(d Datagram, delay time.Duration, onDeliver func(*Datagram)) {
 	c := n.conns[d.Dst]
 	if c == nil {
 		n.Lost++
 		if onDeliver != nil {
-			onDeliver()
+			onDeliver(&d)
 		}
 		return
 	}
@@ -325,7 +325,7 @@ func (c *memConn) deliver() {
 	for len(c.pending) > 0 && !c.pending[0].at.After(now) {
 		p := heap.Pop(&c.pending).(pending)
 		if p.done != nil {
-			p.done()
+			p.done(&p.d)
 		}
 		if p.d.zeroChecksum && c.opts.RejectZeroChecksum6 && !p.d.Dst.Addr().Unmap().Is4() {
 			n.ZeroChecksumDropped++
@@ -349,7 +349,7 @@ type pending struct {
 	at   time.Time
 	seq  uint64
 	d    Datagram
-	done func() // runs (with the network's lock) when d is delivered
+	done func(*Datagram) // runs (with the network's lock) when d is delivered; may change d
 }
 
 type pendingHeap []pending

@@ -115,11 +115,15 @@ type flow struct {
 }
 
 // arrival is a packet's arrival at the bottleneck port and the port's
-// decisions, as a test sees them (see run).
+// decisions, as a test sees them (see run): told once at the arrival, and
+// for a queued packet once more at its departure (Left set), when the
+// port's dequeue mark is known.
 type arrival struct {
+	ID         uint64        // the arrival's number, from 0
 	T, Depart  time.Duration // arrival, and departure when queued
 	Flow, Size int
 	Queued, CE bool
+	Left       bool
 }
 
 // Run simulates the incast.
@@ -242,15 +246,24 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 			f.sendOK = true
 		case evArrive:
 			departAt, queued, ce := q.Arrive(abs(now), e.size, c.DCQCN)
+			id := s.arrivals
+			s.arrivals++
 			if s.trace != nil {
-				s.trace(arrival{T: now, Flow: e.flow, Size: e.size, Queued: queued, CE: ce, Depart: departAt.Sub(epoch)})
+				s.trace(arrival{ID: id, T: now, Flow: e.flow, Size: e.size, Queued: queued, CE: ce, Depart: departAt.Sub(epoch)})
 			}
 			if !queued {
 				continue
 			}
-			s.push(event{at: departAt.Sub(epoch), kind: evDepart, flow: e.flow, size: e.size, ce: ce})
+			s.push(event{at: departAt.Sub(epoch), kind: evDepart, flow: e.flow, size: e.size, ce: ce, gen: id})
 		case evDepart:
-			if q.Depart(e.size) {
+			ce, resumed := q.Depart(e.size, c.DCQCN)
+			if ce {
+				e.ce = true
+				if s.trace != nil {
+					s.trace(arrival{ID: e.gen, Depart: now, Flow: e.flow, Size: e.size, Queued: true, CE: true, Left: true})
+				}
+			}
+			if resumed {
 				for i, g := range s.flows {
 					if g.waiting {
 						g.waiting = false
@@ -330,6 +343,8 @@ type state struct {
 	ev    events
 	seq   uint64
 	flows []*flow
+	// arrivals counts the packets that reached the port.
+	arrivals uint64
 }
 
 func (s *state) push(e event) {
