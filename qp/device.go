@@ -3,6 +3,9 @@ package qp
 import (
 	"errors"
 	"fmt"
+	"time"
+
+	"github.com/roce-emu/roce-emu/cc"
 )
 
 // Device is one emulated RDMA device, as an ibv_context: it numbers the
@@ -19,6 +22,18 @@ type Device struct {
 	nextVA  uint64
 	nextQPN uint32
 	qpns    map[uint32]*QP
+	// portNP is the device's one port's CNP pacing, shared by the QPs
+	// whose congestion control paces CNPs per port (cc.Params.CNPPerPort).
+	portNP *cc.NotificationPoint
+}
+
+// portNotificationPoint returns the port's notification point, made with
+// interval on first use.
+func (d *Device) portNotificationPoint(interval time.Duration) *cc.NotificationPoint {
+	if d.portNP == nil {
+		d.portNP = cc.NewNotificationPoint(interval, false)
+	}
+	return d.portNP
 }
 
 // firstVA is where memory regions are placed: an address of the shape a

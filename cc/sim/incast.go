@@ -63,8 +63,12 @@ type Result struct {
 	Marked      uint64  `json:"marked"`
 	Drops       uint64  `json:"drops"`
 	Pauses      uint64  `json:"pauses"`
-	// CNPsIgnored counts CNPs the reaction points ignored (monitor period).
+	// CNPsIgnored counts CNPs the reaction points ignored (the
+	// monitor_ignores reading of the monitor period; no profile uses it).
 	CNPsIgnored uint64 `json:"cnps_ignored"`
+	// CNPsCoalesced counts CNPs that found a cut already pending on the
+	// monitor tick (mlx5, hpcc): acted on, but no cut of their own.
+	CNPsCoalesced uint64 `json:"cnps_coalesced"`
 }
 
 type eventKind uint8
@@ -76,6 +80,7 @@ const (
 	evDeliver
 	evCNP
 	evTimer
+	evNPTimer
 	evSample
 )
 
@@ -103,15 +108,15 @@ func (h *events) Push(x any)   { *h = append(*h, x.(event)) }
 func (h *events) Pop() any     { o := *h; x := o[len(o)-1]; *h = o[:len(o)-1]; return x }
 
 type flow struct {
-	rp        *cc.ReactionPoint
-	snd       *cc.Sender // rp and the flow's pacer
-	np        *cc.NotificationPoint
-	nextFree  time.Duration // the sender's link is busy until then
-	sendOK    bool          // a send event is scheduled
-	timerGen  uint64
-	timerAt   time.Duration
-	waiting   bool // paused by PFC
-	lateBytes int64
+	rp       *cc.ReactionPoint
+	snd      *cc.Sender // rp and the flow's pacer
+	np       *cc.NotificationPoint
+	nextFree time.Duration // the sender's link is busy until then
+	sendOK   bool          // a send event is scheduled
+	timerGen uint64
+	timerAt  time.Duration
+	waiting  bool // paused by PFC
+	npArmed  bool // an evNPTimer is scheduled for a CNP at the window's end
 }
 
 // arrival is a packet's arrival at the bottleneck port and the port's
@@ -196,6 +201,10 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 	rng := rand.New(rand.NewPCG(c.Seed, 0x51A7))
 	heap.Init(&s.ev)
 	s.flows = make([]*flow, c.Flows)
+	var portNP *cc.NotificationPoint // per-port CNP pacing: one for all flows
+	if c.DCQCN && c.Params.CNPPerPort {
+		portNP = cc.NewNotificationPoint(c.Params.MinTimeBetweenCNPs, false)
+	}
 	for i := range s.flows {
 		f := &flow{}
 		if c.DCQCN {
@@ -203,7 +212,10 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 			if f.snd, err = cc.NewSender(f.rp, 2*pkt); err != nil {
 				return nil, err
 			}
-			f.np = cc.NewNotificationPoint(c.Params.MinTimeBetweenCNPs)
+			f.np = portNP
+			if f.np == nil {
+				f.np = cc.NewNotificationPoint(c.Params.MinTimeBetweenCNPs, c.Params.CNPAtWindowEnd)
+			}
 		}
 		s.flows[i] = f
 		// Start each flow within one packet time of the others, at random:
@@ -277,7 +289,18 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 			if now >= half {
 				delivered[e.flow] += int64(e.size - c.Overhead)
 			}
-			if e.ce && f.np != nil && f.np.OnMarked(abs(now)) {
+			if e.ce && f.np != nil {
+				if f.np.OnMarked(abs(now)) {
+					res.CNPs++
+					s.push(event{at: now + c.Delay, kind: evCNP, flow: e.flow})
+				} else if d := f.np.Deadline(); !d.IsZero() && !f.npArmed {
+					f.npArmed = true
+					s.push(event{at: d.Sub(epoch), kind: evNPTimer, flow: e.flow})
+				}
+			}
+		case evNPTimer:
+			f.npArmed = false
+			if f.np.OnTimeout(abs(now)) {
 				res.CNPs++
 				s.push(event{at: now + c.Delay, kind: evCNP, flow: e.flow})
 			}
@@ -295,7 +318,7 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 			sm := Sample{T: now, Queue: q.Bytes(), Rates: make([]cc.Rate, c.Flows), Alpha: make([]float64, c.Flows)}
 			for i, g := range s.flows {
 				if g.rp != nil {
-					sm.Rates[i], sm.Alpha[i] = g.rp.Rate(), g.rp.Alpha()
+					sm.Rates[i], sm.Alpha[i] = g.rp.Rate(), g.rp.AlphaAt(abs(now))
 				} else {
 					sm.Rates[i] = c.LinkRate
 				}
@@ -331,6 +354,7 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 	for _, f := range s.flows {
 		if f.rp != nil {
 			res.CNPsIgnored += f.rp.CNPIgnored
+			res.CNPsCoalesced += f.rp.CNPCoalesced
 		}
 	}
 	return res, nil
