@@ -174,7 +174,7 @@ const (
 //     R_AI 5 Mb/s and R_HAI 50 Mb/s scaled by line rate / 25 Gb/s, a
 //     constant hyper step reached after F timer events, no byte counter,
 //     alpha 1 on the first CNP, clamp_tgt_rate 0, minimum rate 1000 Mb/s
-//     (or 1% of a line slower than 100 Gb/s), a CNP for each marked packet.
+//     (a tenth of a line slower than 10 Gb/s), a CNP for each marked packet.
 func Profile(name string, lineRate Rate) (Params, error) {
 	if !(lineRate > 0) || lineRate > MaxLineRate {
 		return Params{}, fmt.Errorf("cc: line rate %v must be positive and at most %v", lineRate, MaxLineRate)
@@ -217,7 +217,7 @@ func Profile(name string, lineRate Rate) (Params, error) {
 		p.CNPPerPort = true
 	case ProfileHPCC:
 		scale := float64(lineRate / (25 * Gbps))
-		p.MinRate = min(1000*Mbps, lineRate/100)
+		p.MinRate = min(1000*Mbps, lineRate/10)
 		p.G = 1.0 / 256
 		p.InitialAlpha = 1
 		p.AlphaPeriod = time.Microsecond

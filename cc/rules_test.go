@@ -249,13 +249,13 @@ func TestProfileRules(t *testing.T) {
 		MinDecFac: 50, RateReduceMonitorPeriod: 4 * time.Microsecond, ClampTargetRateAfterTimeInc: true,
 		StageCheckFirst: true, HyperStepConstant: true, HyperWithoutByteCounter: true,
 		MinTimeBetweenCNPs: 4 * time.Microsecond, CNPPerPort: true, CNPDSCP: 48}, mlx5)
-	assert.Equal(t, Params{LineRate: 40 * Gbps, MinRate: 400 * Mbps, G: 1.0 / 256, InitialAlpha: 1,
+	assert.Equal(t, Params{LineRate: 40 * Gbps, MinRate: 1000 * Mbps, G: 1.0 / 256, InitialAlpha: 1,
 		AlphaPeriod: time.Microsecond, AlphaOnTick: true, TimeReset: 300 * time.Microsecond, Threshold: 1,
 		AIRate: 8 * Mbps, HAIRate: 80 * Mbps, RateReduceMonitorPeriod: 4 * time.Microsecond,
 		ClampTargetRateAfterTimeInc: true, StageCheckFirst: true, HyperStepConstant: true, HyperWithoutByteCounter: true,
 		CNPDSCP: 48}, hpcc)
-	h100, _ := Profile(ProfileHPCC, 100*Gbps)
-	assert.Equal(t, 1000*Mbps, h100.MinRate, "HPCC's run.py minimum rate")
+	h1, _ := Profile(ProfileHPCC, Gbps)
+	assert.Equal(t, 100*Mbps, h1.MinRate, "a tenth of a slow line")
 	p := mlx5
 	p.CNPAtWindowEnd = true
 	assert.Error(t, p.Check(), "a CNP at the window's end needs per-QP pacing")
