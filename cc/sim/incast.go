@@ -10,7 +10,6 @@
 package sim
 
 import (
-	"container/heap"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -94,18 +93,55 @@ type event struct {
 	gen  uint64
 }
 
+// events is a binary min-heap of events by time, then by push order: the
+// container/heap algorithm on the concrete type, so that pushing an event
+// does not box it.
 type events []event
 
-func (h events) Len() int { return len(h) }
-func (h events) Less(i, j int) bool {
+func (h events) less(i, j int) bool {
 	if h[i].at != h[j].at {
 		return h[i].at < h[j].at
 	}
 	return h[i].seq < h[j].seq
 }
-func (h events) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *events) Push(x any)   { *h = append(*h, x.(event)) }
-func (h *events) Pop() any     { o := *h; x := o[len(o)-1]; *h = o[:len(o)-1]; return x }
+
+func (h *events) push(e event) {
+	*h = append(*h, e)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !q.less(i, parent) {
+			break
+		}
+		q[i], q[parent] = q[parent], q[i]
+		i = parent
+	}
+}
+
+func (h *events) pop() event {
+	q := *h
+	top := q[0]
+	n := len(q) - 1
+	q[0] = q[n]
+	q = q[:n]
+	for i := 0; ; {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && q.less(r, l) {
+			m = r
+		}
+		if !q.less(m, i) {
+			break
+		}
+		q[i], q[m] = q[m], q[i]
+		i = m
+	}
+	*h = q
+	return top
+}
 
 type flow struct {
 	rp       *cc.ReactionPoint
@@ -199,7 +235,6 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 	pkt := c.MTU + c.Overhead
 	s := &state{cfg: c, q: q, trace: trace}
 	rng := rand.New(rand.NewPCG(c.Seed, 0x51A7))
-	heap.Init(&s.ev)
 	s.flows = make([]*flow, c.Flows)
 	var portNP *cc.NotificationPoint // per-port CNP pacing: one for all flows
 	if c.DCQCN && c.Params.CNPPerPort {
@@ -229,8 +264,8 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 	delivered := make([]int64, c.Flows)
 	res := &Result{}
 	var queueSamples []int
-	for s.ev.Len() > 0 {
-		e := heap.Pop(&s.ev).(event)
+	for len(s.ev) > 0 {
+		e := s.ev.pop()
 		if e.at > c.Duration {
 			break
 		}
@@ -374,7 +409,7 @@ type state struct {
 func (s *state) push(e event) {
 	s.seq++
 	e.seq = s.seq
-	heap.Push(&s.ev, e)
+	s.ev.push(e)
 }
 
 func (s *state) flowAt(i int) *flow {

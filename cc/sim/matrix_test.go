@@ -86,3 +86,43 @@ func runMatrixCase(t testing.TB, c matrixCase) *Result {
 	require.NoError(t, err)
 	return r
 }
+
+// BenchmarkIncast256 is the speed figure of the issue: 256 flows into one
+// 100 Gb/s port for 20 ms of simulated time. One iteration is one whole
+// run; SetBytes counts the payload delivered, so MB/s is simulated goodput
+// per second of CPU. The paper profile runs by default; the mlx5 profile
+// only with ROCE_EMU_DCQCN_MATRIX=1: its CNPs, paced per port every 4 us,
+// reach each of 256 flows about once a millisecond, the flows stay near
+// the line rate, and a run sends (and mostly drops) tens of millions of
+// packets, minutes of CPU.
+func BenchmarkIncast256(b *testing.B) {
+	profiles := []string{cc.ProfilePaper}
+	if os.Getenv(matrixEnv) != "" {
+		profiles = append(profiles, cc.ProfileMLX5)
+	}
+	for _, prof := range profiles {
+		b.Run(prof, func(b *testing.B) {
+			line := 100 * cc.Gbps
+			p, err := cc.Profile(prof, line)
+			require.NoError(b, err)
+			q := paperQueue(false)
+			q.LineRate = line
+			c := Config{Flows: 256, LinkRate: line, Duration: 20 * time.Millisecond, MTU: 1024, Delay: time.Microsecond,
+				Queue: q, DCQCN: true, Params: p, Seed: 1}
+			b.ReportAllocs()
+			var r *Result
+			for b.Loop() {
+				r, err = Run(c)
+				require.NoError(b, err)
+			}
+			var gbps float64
+			for _, g := range r.PerFlowGbps {
+				gbps += g
+			}
+			// Goodput of the second half, scaled to the whole run.
+			b.SetBytes(int64(gbps * 1e9 / 8 * c.Duration.Seconds()))
+			b.ReportMetric(r.Utilization, "utilisation")
+			b.ReportMetric(float64(r.Drops), "drops")
+		})
+	}
+}
