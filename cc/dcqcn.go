@@ -296,7 +296,8 @@ func (p *Params) Check() error {
 // algorithms can take its place in qp.InitAttr.CCAlgorithm.
 type Algorithm interface {
 	// OnCNP handles a CNP and reports whether it acted on it (false: it
-	// was ignored, e.g. inside DCQCN's rate_reduce_monitor_period).
+	// was ignored, as DCQCN's reaction point does inside
+	// rate_reduce_monitor_period under Params.MonitorIgnores).
 	OnCNP(now time.Time) bool
 	// OnSent counts bytes sent (whole packets).
 	OnSent(now time.Time, n int)
