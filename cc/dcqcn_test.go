@@ -19,6 +19,7 @@ func gb(r Rate) float64 { return float64(r / Gbps) }
 func TestReactionPointPaperSequence(t *testing.T) {
 	p, err := Profile(ProfilePaper, 40*Gbps)
 	require.NoError(t, err)
+	assert.Equal(t, 1.0, p.InitialAlpha, "the paper's initial alpha")
 	r, err := NewReactionPoint(p)
 	require.NoError(t, err)
 	assert.Equal(t, 40.0, gb(r.Rate()))
@@ -90,8 +91,13 @@ func TestReactionPointMinRateAndLineRate(t *testing.T) {
 	assert.LessOrEqual(t, r.Target(), p.LineRate)
 }
 
+// The reading of mlx5 this package had before: g = dce_tcp_g/1024, alpha
+// raised at the CNP, an immediate cut, CNPs inside the monitor period
+// ignored. Each is still a rule that can be chosen.
 func TestReactionPointMonitorPeriodAndMinDecFac(t *testing.T) {
 	p, _ := Profile(ProfileMLX5, 100*Gbps)
+	require.NoError(t, p.Set("dce_tcp_g_reading=gain"))
+	p.AlphaOnTick, p.MonitorIgnores = false, true
 	r, _ := NewReactionPoint(p)
 	r.OnCNP(t0)
 	// alpha = 1019/1024 + (5/1024)*(1023/1024); the cut factor 1-alpha/2
@@ -145,7 +151,7 @@ func TestProfilesAndCheck(t *testing.T) {
 }
 
 func TestNotificationPointInterval(t *testing.T) {
-	n := NewNotificationPoint(50 * time.Microsecond)
+	n := NewNotificationPoint(50*time.Microsecond, false)
 	var sent []int
 	for i := range 200 { // a CE-marked packet every microsecond
 		if n.OnMarked(t0.Add(time.Duration(i) * time.Microsecond)) {
@@ -194,11 +200,21 @@ func TestParamsSet(t *testing.T) {
 	require.NoError(t, p.Set("dce_tcp_rtt=2us"))
 	assert.Equal(t, 2*time.Microsecond, p.AlphaPeriod)
 	require.NoError(t, p.Set("dce_tcp_g=4"))
+	assert.Equal(t, 1020.0/1024, p.G, "read as the weight of the old alpha")
+	require.NoError(t, p.Set("dce_tcp_g_reading=gain"))
 	assert.Equal(t, 4.0/1024, p.G)
+	require.NoError(t, p.Set("dce_tcp_g_reading=weight"))
+	assert.Equal(t, 1020.0/1024, p.G)
+	require.NoError(t, p.Set("dce_tcp_g_reading=gain"))
+	require.NoError(t, p.Set("dce_tcp_g=4"))
+	assert.Equal(t, 4.0/1024, p.G)
+	require.NoError(t, p.Set("initial_alpha_value=512"))
+	assert.Equal(t, 0.5, p.InitialAlpha, "initial_alpha_value is in 1024ths")
 	require.NoError(t, p.Set("rpg_byte_reset=0"))
 	assert.Zero(t, p.ByteReset)
 	require.NoError(t, p.Check())
-	for _, bad := range []string{"rpg_ai_rate", "nope=1", "rpg_threshold=x", "cnp_dscp=64", "rpg_time_reset=fast"} {
+	for _, bad := range []string{"rpg_ai_rate", "nope=1", "rpg_threshold=x", "cnp_dscp=64", "rpg_time_reset=fast",
+		"dce_tcp_g=1024", "dce_tcp_g=0", "dce_tcp_g_reading=half", "alpha_on_tick=maybe"} {
 		assert.Error(t, p.Set(bad), bad)
 	}
 	r, err := ParseRate("40")

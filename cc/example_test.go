@@ -59,12 +59,15 @@ func ExampleSender() {
 }
 
 // A switch egress port at 10 Gb/s that marks every ECN-capable packet
-// finding more than 3000 bytes queued (KMin = KMax, as DCTCP's step
-// marking) and holds 6000 bytes: of a burst of seven 1082-byte packets the
-// first three pass unmarked, the next two leave marked CE, and the last two
-// do not fit and are dropped. The line sends one packet every 866 ns
-// (1082 bytes at 10 Gb/s, rounded up); Depart takes a packet out when it
-// has left.
+// with more than 3000 bytes behind it when it starts to leave (KMin =
+// KMax, as DCTCP's step marking; the decision is taken at dequeue, as the
+// DCQCN authors' and HPCC's simulators take it) and holds 6000 bytes: of a
+// burst of seven 1082-byte packets five are queued and the last two do not
+// fit. The line sends one packet every 866 ns (1082 bytes at 10 Gb/s,
+// rounded up); Depart takes a packet out when it has left and says
+// whether it left marked: packet 0 started to leave at once, with nothing
+// behind it; packet 1 started when packet 0 had left, with 3246 bytes
+// behind it, and is the one marked.
 func ExamplePort() {
 	port, err := cc.NewPort(cc.QueueConfig{LineRate: 10 * cc.Gbps, Buffer: 6000, KMin: 3000, KMax: 3000, PMax: 1}, 1)
 	if err != nil {
@@ -74,24 +77,30 @@ func ExamplePort() {
 	size := bth.PacketOverhead + 1024
 	for i := range 7 {
 		depth := port.Bytes()
-		departs, queued, ce := port.Arrive(start, size, true)
+		departs, queued, _ := port.Arrive(start, size, true)
 		if !queued {
 			fmt.Printf("packet %d: finds %4d bytes, dropped\n", i, depth)
 			continue
 		}
-		fmt.Printf("packet %d: finds %4d bytes, CE %v, leaves at %v\n", i, depth, ce, departs.Sub(start))
+		fmt.Printf("packet %d: finds %4d bytes, leaves at %v\n", i, depth, departs.Sub(start))
 	}
-	for port.Bytes() > 0 {
-		port.Depart(size)
+	for i := 0; port.Bytes() > 0; i++ {
+		ce, _ := port.Depart(size, true)
+		fmt.Printf("packet %d left, CE %v\n", i, ce)
 	}
 	fmt.Println("enqueued", port.Enqueued, "marked", port.Marked, "dropped", port.Dropped, "deepest", port.MaxBytes)
 	// Output:
-	// packet 0: finds    0 bytes, CE false, leaves at 866ns
-	// packet 1: finds 1082 bytes, CE false, leaves at 1.732µs
-	// packet 2: finds 2164 bytes, CE false, leaves at 2.597µs
-	// packet 3: finds 3246 bytes, CE true, leaves at 3.463µs
-	// packet 4: finds 4328 bytes, CE true, leaves at 4.328µs
+	// packet 0: finds    0 bytes, leaves at 866ns
+	// packet 1: finds 1082 bytes, leaves at 1.732µs
+	// packet 2: finds 2164 bytes, leaves at 2.597µs
+	// packet 3: finds 3246 bytes, leaves at 3.463µs
+	// packet 4: finds 4328 bytes, leaves at 4.328µs
 	// packet 5: finds 5410 bytes, dropped
 	// packet 6: finds 5410 bytes, dropped
-	// enqueued 5 marked 2 dropped 2 deepest 5410
+	// packet 0 left, CE false
+	// packet 1 left, CE true
+	// packet 2 left, CE false
+	// packet 3 left, CE false
+	// packet 4 left, CE false
+	// enqueued 5 marked 1 dropped 2 deepest 5410
 }

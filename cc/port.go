@@ -17,6 +17,14 @@ type QueueConfig struct {
 	// KMax every ECN-capable packet is marked CE.
 	KMin, KMax int
 	PMax       float64
+	// MarkAtEnqueue decides the mark when a packet arrives, on the depth
+	// it finds. Off (the default), the mark is decided when the packet
+	// starts to leave, on the depth behind it, as both reference
+	// simulators do (ns3-rdma: qbb-net-device.cc DequeueAndTransmit; HPCC:
+	// switch-node.cc SwitchNotifyDequeue, after the packet's bytes are
+	// taken off the egress count): a queue that drains stops marking at
+	// once, where enqueue marks still arrive a queue's worth of time late.
+	MarkAtEnqueue bool
 	// PFC pauses the senders when the queue passes XOFF bytes and resumes
 	// them below XON, instead of dropping (IEEE 802.1Qbb). The buffer must
 	// hold the packets in flight when a pause takes effect.
@@ -62,13 +70,17 @@ func (c *QueueConfig) Check() error {
 // packets and no timers, only the decisions and the clock of the line.
 //
 //   - Arrive admits a packet of size bytes (on the wire, as bth.WireLen
-//     counts them) at now: tail drop when it does not fit in Buffer;
-//     WRED-ECN marking on the depth it finds (MarkProbability); the time
-//     its last bit leaves, with the line serializing one packet after the
-//     other at LineRate (size*8/LineRate each, starting when the packet
-//     arrives or when the line comes free, whichever is later, kept exact
-//     and rounded up to the nanosecond);
-//   - the caller removes it at that time with Depart;
+//     counts them) at now: tail drop when it does not fit in Buffer; with
+//     MarkAtEnqueue, WRED-ECN marking on the depth it finds
+//     (MarkProbability); the time its last bit leaves, with the line
+//     serializing one packet after the other at LineRate (size*8/LineRate
+//     each, starting when the packet arrives or when the line comes free,
+//     whichever is later, kept exact and rounded up to the nanosecond);
+//   - the caller removes it at that time with Depart, in the order the
+//     packets arrived; by default Depart decides the mark, on the depth
+//     behind the packet when it started to leave (the bytes in the port
+//     then, less its own). A packet leaves CE when Arrive or Depart says
+//     so;
 //   - with PFC, the port pauses its senders (Paused) once the depth reaches
 //     XOFF and resumes them once it falls to XON or below (IEEE 802.1Qbb
 //     XOFF/XON). A paused port still takes what arrives: the caller holds
@@ -79,6 +91,7 @@ type Port struct {
 	cfg       QueueConfig
 	rng       *rand.Rand
 	bytes     int
+	headStart int // bytes in the port, the head packet's own included, when it started to leave
 	paused    bool
 	nsPerByte float64
 	// The line is busy until free plus frac nanoseconds (0 <= frac < 1).
@@ -132,20 +145,30 @@ func (p *Port) SerializationTime(n int) time.Duration {
 // to a whole nanosecond to be taken as one: float rounding, not time.
 const snap = 1e-6
 
+// mark draws a WRED-ECN decision at a depth of n bytes.
+func (p *Port) mark(n int) bool {
+	if pr := p.cfg.MarkProbability(n); pr > 0 && (pr >= 1 || p.rng.Float64() < pr) {
+		p.Marked++
+		return true
+	}
+	return false
+}
+
 // Arrive offers a packet of size bytes at now. It reports whether the
-// packet was queued (false: dropped, the buffer is full), whether it is to
-// leave marked CE (ecnCapable packets only), and when its last bit leaves
-// the port; the caller then calls Depart.
+// packet was queued (false: dropped, the buffer is full), with
+// MarkAtEnqueue whether it is to leave marked CE (ecnCapable packets
+// only), and when its last bit leaves the port; the caller then calls
+// Depart.
 func (p *Port) Arrive(now time.Time, size int, ecnCapable bool) (departAt time.Time, queued, ce bool) {
 	if p.bytes+size > p.cfg.Buffer {
 		p.Dropped++
 		return time.Time{}, false, false
 	}
-	if ecnCapable {
-		if pr := p.cfg.MarkProbability(p.bytes); pr > 0 && (pr >= 1 || p.rng.Float64() < pr) {
-			ce = true
-			p.Marked++
-		}
+	if ecnCapable && p.cfg.MarkAtEnqueue {
+		ce = p.mark(p.bytes)
+	}
+	if p.bytes == 0 { // the line is idle: the packet starts to leave now
+		p.headStart = size
 	}
 	p.bytes += size
 	p.Enqueued++
@@ -172,16 +195,23 @@ func (p *Port) Arrive(now time.Time, size int, ecnCapable bool) (departAt time.T
 	return p.free, true, ce
 }
 
-// Depart removes a packet of size bytes that has left. It reports whether
-// this ended a PFC pause (the depth fell to XON).
-func (p *Port) Depart(size int) (resumed bool) {
+// Depart removes a packet of size bytes whose last bit has left, the
+// oldest in the port. Unless MarkAtEnqueue, it decides whether the packet
+// leaves marked CE (ecnCapable packets only), on the bytes that were
+// behind it when it started to leave; the next packet starts to leave now.
+// It reports whether this ended a PFC pause (the depth fell to XON).
+func (p *Port) Depart(size int, ecnCapable bool) (ce, resumed bool) {
+	if ecnCapable && !p.cfg.MarkAtEnqueue {
+		ce = p.mark(max(p.headStart-size, 0))
+	}
 	p.bytes -= size
 	if p.bytes < 0 {
 		p.bytes = 0
 	}
+	p.headStart = p.bytes
 	if p.paused && p.bytes <= p.cfg.XON {
 		p.paused = false
-		return true
+		return ce, true
 	}
-	return false
+	return ce, false
 }

@@ -28,9 +28,10 @@ func TestMarkProbability(t *testing.T) {
 
 // The port marks by the depth a packet finds: never at or below Kmin, at
 // about the curve's probability between, always above Kmax; packets that
-// are not ECN-capable are never marked.
+// are not ECN-capable are never marked. (Marking at enqueue: the depth a
+// packet finds is the depth it is marked on.)
 func TestPortMarks(t *testing.T) {
-	cfg := QueueConfig{LineRate: Gbps, Buffer: 1 << 20, KMin: 10000, KMax: 20000, PMax: 0.2}
+	cfg := QueueConfig{LineRate: Gbps, Buffer: 1 << 20, KMin: 10000, KMax: 20000, PMax: 0.2, MarkAtEnqueue: true}
 	for _, tc := range []struct {
 		depth      int
 		ecnCapable bool
@@ -50,7 +51,7 @@ func TestPortMarks(t *testing.T) {
 		for range n {
 			_, ok, _ := p.Arrive(t0, 1, tc.ecnCapable)
 			require.True(t, ok)
-			p.Depart(1)
+			p.Depart(1, false)
 		}
 		share := float64(p.Marked) / n
 		assert.GreaterOrEqual(t, share, tc.lo, "depth %d", tc.depth)
@@ -75,7 +76,7 @@ func TestPortTailDrop(t *testing.T) {
 		{1000, true, true, 3000}, // room again after a departure
 	} {
 		if tc.depart {
-			p.Depart(1000)
+			p.Depart(1000, false)
 		}
 		_, queued, _ := p.Arrive(t0, tc.size, true)
 		assert.Equal(t, tc.queued, queued, "step %d", i)
@@ -114,7 +115,8 @@ func TestPortPFCHysteresis(t *testing.T) {
 			require.True(t, ok, "step %d", i)
 		}
 		if tc.depart > 0 {
-			assert.Equal(t, tc.resumed, p.Depart(tc.depart), "step %d resumes", i)
+			_, resumed := p.Depart(tc.depart, false)
+			assert.Equal(t, tc.resumed, resumed, "step %d resumes", i)
 		}
 		assert.Equal(t, tc.paused, p.Paused(), "step %d paused", i)
 	}
@@ -179,7 +181,71 @@ func BenchmarkPortPerPacket(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		at, _, _ := p.Arrive(now, 1082, true)
-		p.Depart(1082)
+		p.Depart(1082, true)
 		now = at
 	}
+}
+
+// Marking at dequeue decides on the bytes behind a packet when it starts
+// to leave; at enqueue, on the bytes it found. Four 1000-byte packets A-D
+// arrive together at an idle port that marks above 1500 bytes (Kmin = Kmax
+// = 1500): at enqueue A, B, C, D find 0, 1000, 2000, 3000 bytes, so C and
+// D are marked; at dequeue A, B, C, D leave 0, 2000, 1000, 0 bytes behind,
+// so only B is: the drained queue marks nothing more.
+func TestPortMarksAtDequeue(t *testing.T) {
+	for _, tc := range []struct {
+		enqueue bool
+		want    []bool
+	}{
+		{false, []bool{false, true, false, false}},
+		{true, []bool{false, false, true, true}},
+	} {
+		p, err := NewPort(QueueConfig{LineRate: Gbps, Buffer: 1 << 20, KMin: 1500, KMax: 1500, PMax: 1, MarkAtEnqueue: tc.enqueue}, 1)
+		require.NoError(t, err)
+		var got, atArrive []bool
+		var departs []time.Time
+		for range 4 {
+			at, ok, ce := p.Arrive(t0, 1000, true)
+			require.True(t, ok)
+			atArrive = append(atArrive, ce)
+			departs = append(departs, at)
+		}
+		for i, at := range departs {
+			assert.Equal(t, t0.Add(time.Duration(i+1)*8*time.Microsecond), at)
+			ce, _ := p.Depart(1000, true)
+			got = append(got, ce || atArrive[i])
+			if tc.enqueue {
+				assert.False(t, ce, "marking at enqueue, Depart never marks")
+			} else {
+				assert.False(t, atArrive[i], "marking at dequeue, Arrive never marks")
+			}
+		}
+		assert.Equal(t, tc.want, got, "enqueue %v", tc.enqueue)
+		assert.Equal(t, uint64(len(slicesTrue(tc.want))), p.Marked)
+	}
+	// A packet alone in the port leaves nothing behind: never marked, even
+	// with Kmin = Kmax = 0 (mark above 0 bytes).
+	p, err := NewPort(QueueConfig{LineRate: Gbps, Buffer: 1 << 20, PMax: 1}, 1)
+	require.NoError(t, err)
+	_, _, _ = p.Arrive(t0, 1000, true)
+	ce, _ := p.Depart(1000, true)
+	assert.False(t, ce)
+	// A packet that arrives while another leaves counts behind the next.
+	_, _, _ = p.Arrive(t0, 1000, true)
+	_, _, _ = p.Arrive(t0, 1000, true)
+	_, _, _ = p.Arrive(t0, 1000, true)
+	ce, _ = p.Depart(1000, true) // the first: 0 behind it when it started
+	assert.False(t, ce)
+	ce, _ = p.Depart(1000, true) // the second: 1000 behind it
+	assert.True(t, ce)
+}
+
+func slicesTrue(b []bool) []bool {
+	var out []bool
+	for _, x := range b {
+		if x {
+			out = append(out, x)
+		}
+	}
+	return out
 }

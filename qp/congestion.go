@@ -19,7 +19,9 @@ type congestion struct {
 
 // newCongestion sets up DCQCN from p, or, when alg is not nil, that
 // algorithm as the sender side with p's notification point and line rate.
-func newCongestion(p *cc.Params, alg cc.Algorithm) (*congestion, error) {
+// np, when not nil, is the port's notification point the QP shares
+// (per-port CNP pacing); otherwise the QP gets its own.
+func newCongestion(p *cc.Params, alg cc.Algorithm, np *cc.NotificationPoint) (*congestion, error) {
 	if alg == nil {
 		rp, err := cc.NewReactionPoint(*p)
 		if err != nil {
@@ -31,7 +33,10 @@ func newCongestion(p *cc.Params, alg cc.Algorithm) (*congestion, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &congestion{snd: snd, np: cc.NewNotificationPoint(p.MinTimeBetweenCNPs)}, nil
+	if np == nil {
+		np = cc.NewNotificationPoint(p.MinTimeBetweenCNPs, p.CNPAtWindowEnd)
+	}
+	return &congestion{snd: snd, np: np}, nil
 }
 
 // CCState returns the QP's current rate and, for DCQCN, alpha; ok is
@@ -60,7 +65,10 @@ func (q *QP) CCLowestRate() cc.Rate {
 
 // notify is the notification point: a CE-marked packet this QP receives
 // as the target of the data (requests at the responder, READ responses at
-// the requester) makes a CNP to the sending QP, at most one per interval.
+// the requester) makes a CNP to the sending QP, at most one per interval
+// (per QP, or per port when the device's QPs share the notification
+// point); with CNPAtWindowEnd the marks inside an interval make one CNP at
+// its end (HandleTimeout).
 func (q *QP) notify(now time.Time, ecn bth.ECN) {
 	if ecn != bth.CE {
 		return
@@ -105,7 +113,7 @@ func (q *QP) ccDeadline() time.Time {
 	if q.cc == nil {
 		return time.Time{}
 	}
-	return earliest(q.cc.snd.Deadline(), q.cc.paceUntil)
+	return earliest(earliest(q.cc.snd.Deadline(), q.cc.paceUntil), q.cc.np.Deadline())
 }
 
 func earliest(a, b time.Time) time.Time {

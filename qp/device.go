@@ -3,6 +3,9 @@ package qp
 import (
 	"errors"
 	"fmt"
+	"time"
+
+	"github.com/roce-emu/roce-emu/cc"
 )
 
 // Device is one emulated RDMA device, as an ibv_context: it numbers the
@@ -21,6 +24,9 @@ type Device struct {
 	qpns      map[uint32]*QP
 	activeMTU MTU
 	events    []AsyncEvent
+	// portNP is the device's one port's CNP pacing, shared by the QPs
+	// whose congestion control paces CNPs per port (cc.Params.CNPPerPort).
+	portNP *cc.NotificationPoint
 	// EventOverruns counts asynchronous events lost because MaxEvents
 	// were waiting unread.
 	EventOverruns uint64
@@ -84,6 +90,15 @@ func (d *Device) SetActiveMTU(m MTU) error {
 	}
 	d.activeMTU = m
 	return nil
+}
+
+// portNotificationPoint returns the port's notification point, made with
+// interval on first use.
+func (d *Device) portNotificationPoint(interval time.Duration) *cc.NotificationPoint {
+	if d.portNP == nil {
+		d.portNP = cc.NewNotificationPoint(interval, false)
+	}
+	return d.portNP
 }
 
 // firstVA is where memory regions are placed: an address of the shape a

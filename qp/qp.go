@@ -236,7 +236,11 @@ func New(init InitAttr) (*QP, error) {
 		opBase: base, udMTU: init.PD.dev.activeMTU}
 	q.ops = q.svc.opcodes()
 	if init.CC != nil {
-		c, err := newCongestion(init.CC, init.CCAlgorithm)
+		var np *cc.NotificationPoint
+		if init.CC.CNPPerPort {
+			np = init.PD.dev.portNotificationPoint(init.CC.MinTimeBetweenCNPs)
+		}
+		c, err := newCongestion(init.CC, init.CCAlgorithm, np)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrBadAttr, err)
 		}
@@ -510,6 +514,9 @@ func (q *QP) Deadline() time.Time {
 func (q *QP) HandleTimeout(now time.Time) {
 	if q.cc != nil {
 		q.cc.snd.OnTimeout(now)
+		if q.cc.np.OnTimeout(now) {
+			q.cc.cnpDue = true
+		}
 		if !q.cc.paceUntil.IsZero() && !now.Before(q.cc.paceUntil) {
 			q.cc.paceUntil = time.Time{}
 		}
@@ -545,9 +552,11 @@ func (q *QP) handle(now time.Time, p *bth.Packet, ecn bth.ECN, ri *RecvInfo) {
 	q.Counters.ReceivedPackets++
 	op := p.BTH.Opcode
 	if op == bth.CNP {
-		// A CNP for this QP's data (reaction point).
+		// A CNP for this QP's data (reaction point). ConnectX sends CNPs
+		// with the default P_Key 0xFFFF whatever the QP's P_Key: that one
+		// is taken too.
 		switch {
-		case p.BTH.PKey&0x7FFF != q.attr.PKey&0x7FFF:
+		case p.BTH.PKey != bth.DefaultPKey && p.BTH.PKey&0x7FFF != q.attr.PKey&0x7FFF:
 			q.Counters.PKeyViolations++
 		case q.cc == nil:
 			q.Counters.RPCNPIgnored++ // no reaction point: mlx5 counts it so

@@ -62,9 +62,12 @@ func (n *Network) admitLocked(cp *CongestionPoint, d Datagram) {
 	if ce {
 		d.TOS |= 3
 	}
-	n.scheduleLocked(d, departAt.Sub(now), func() {
+	ect := d.TOS&3 != 0
+	n.scheduleLocked(d, departAt.Sub(now), func(d *Datagram) {
 		// Runs with n.mu held, when the datagram leaves the port.
-		cp.port.Depart(size)
+		if ce, _ := cp.port.Depart(size, ect); ce {
+			d.TOS |= 3
+		}
 		cp.Delivered++
 		for len(cp.held) > 0 && !cp.port.Paused() {
 			h := cp.held[0]

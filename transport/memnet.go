@@ -280,13 +280,14 @@ func (n *Network) runTimed() {
 // scheduleLocked queues d for delivery after delay (n.mu held). Each Conn delivers in order
 // of due time, and in sending order for equal times, from one timer, so
 // that equal delays never reorder.
-func (n *Network) scheduleLocked(d Datagram, delay time.Duration, onDeliver func()) {
+func (n *Network) scheduleLocked(d Datagram, delay time.Duration, onDeliver func(*Datagram)) {
 	c := n.conns[d.Dst]
 	if c == nil {
 		n.Lost++
 		n.pool.put(d.Data)
 		if onDeliver != nil {
-			onDeliver()
+			dd := d // only this copy escapes to onDeliver, and only here
+			onDeliver(&dd)
 		}
 		return
 	}
@@ -309,7 +310,9 @@ func (c *memConn) deliver() {
 	for c.pending.due(now) {
 		p := c.pending.pop().v
 		if p.done != nil {
-			p.done()
+			d := p.d // a copy for the callback, so that p itself stays on the stack
+			p.done(&d)
+			p.d = d
 		}
 		if p.d.zeroChecksum && c.opts.RejectZeroChecksum6 && !p.d.Dst.Addr().Unmap().Is4() {
 			n.ZeroChecksumDropped++
@@ -333,5 +336,5 @@ func (c *memConn) deliver() {
 
 type pending struct {
 	d    Datagram
-	done func() // runs (with the network's lock) when d is delivered
+	done func(*Datagram) // runs (with the network's lock) when d is delivered; may change d
 }

@@ -254,7 +254,9 @@ func (s *Switch) egress() {
 		for len(s.fifo) > 0 && !s.fifo[0].departAt.After(now) {
 			it := s.fifo[0]
 			s.fifo = s.fifo[1:]
-			s.port.Depart(it.size)
+			if ce, _ := s.port.Depart(it.size, it.d.TOS&3 != 0); ce {
+				it.d.TOS |= 3
+			}
 			batch = append(batch, it)
 			for len(s.held) > 0 && !s.port.Paused() {
 				h := s.held[0]

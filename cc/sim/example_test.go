@@ -30,7 +30,7 @@ func ExampleRun() {
 	fmt.Println("link used (utilization > 0.95):", r.Utilization > 0.95)
 	fmt.Println("queue p99 under KMax:", r.QueueP99 < 200000, "CNPs sent:", r.CNPs > 0, "drops:", r.Drops)
 	// Output:
-	// per flow: 4.5 and 5.0 Gb/s
+	// per flow: 5.2 and 4.3 Gb/s
 	// fair (Jain > 0.99): true
 	// link used (utilization > 0.95): true
 	// queue p99 under KMax: true CNPs sent: true drops: 0

@@ -10,7 +10,6 @@
 package sim
 
 import (
-	"container/heap"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -63,8 +62,12 @@ type Result struct {
 	Marked      uint64  `json:"marked"`
 	Drops       uint64  `json:"drops"`
 	Pauses      uint64  `json:"pauses"`
-	// CNPsIgnored counts CNPs the reaction points ignored (monitor period).
+	// CNPsIgnored counts CNPs the reaction points ignored (the
+	// monitor_ignores reading of the monitor period; no profile uses it).
 	CNPsIgnored uint64 `json:"cnps_ignored"`
+	// CNPsCoalesced counts CNPs that found a cut already pending on the
+	// monitor tick (mlx5, hpcc): acted on, but no cut of their own.
+	CNPsCoalesced uint64 `json:"cnps_coalesced"`
 }
 
 type eventKind uint8
@@ -76,6 +79,7 @@ const (
 	evDeliver
 	evCNP
 	evTimer
+	evNPTimer
 	evSample
 )
 
@@ -89,37 +93,78 @@ type event struct {
 	gen  uint64
 }
 
+// events is a binary min-heap of events by time, then by push order: the
+// container/heap algorithm on the concrete type, so that pushing an event
+// does not box it.
 type events []event
 
-func (h events) Len() int { return len(h) }
-func (h events) Less(i, j int) bool {
+func (h events) less(i, j int) bool {
 	if h[i].at != h[j].at {
 		return h[i].at < h[j].at
 	}
 	return h[i].seq < h[j].seq
 }
-func (h events) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *events) Push(x any)   { *h = append(*h, x.(event)) }
-func (h *events) Pop() any     { o := *h; x := o[len(o)-1]; *h = o[:len(o)-1]; return x }
+
+func (h *events) push(e event) {
+	*h = append(*h, e)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !q.less(i, parent) {
+			break
+		}
+		q[i], q[parent] = q[parent], q[i]
+		i = parent
+	}
+}
+
+func (h *events) pop() event {
+	q := *h
+	top := q[0]
+	n := len(q) - 1
+	q[0] = q[n]
+	q = q[:n]
+	for i := 0; ; {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && q.less(r, l) {
+			m = r
+		}
+		if !q.less(m, i) {
+			break
+		}
+		q[i], q[m] = q[m], q[i]
+		i = m
+	}
+	*h = q
+	return top
+}
 
 type flow struct {
-	rp        *cc.ReactionPoint
-	snd       *cc.Sender // rp and the flow's pacer
-	np        *cc.NotificationPoint
-	nextFree  time.Duration // the sender's link is busy until then
-	sendOK    bool          // a send event is scheduled
-	timerGen  uint64
-	timerAt   time.Duration
-	waiting   bool // paused by PFC
-	lateBytes int64
+	rp       *cc.ReactionPoint
+	snd      *cc.Sender // rp and the flow's pacer
+	np       *cc.NotificationPoint
+	nextFree time.Duration // the sender's link is busy until then
+	sendOK   bool          // a send event is scheduled
+	timerGen uint64
+	timerAt  time.Duration
+	waiting  bool // paused by PFC
+	npArmed  bool // an evNPTimer is scheduled for a CNP at the window's end
 }
 
 // arrival is a packet's arrival at the bottleneck port and the port's
-// decisions, as a test sees them (see run).
+// decisions, as a test sees them (see run): told once at the arrival, and
+// for a queued packet once more at its departure (Left set), when the
+// port's dequeue mark is known.
 type arrival struct {
+	ID         uint64        // the arrival's number, from 0
 	T, Depart  time.Duration // arrival, and departure when queued
 	Flow, Size int
 	Queued, CE bool
+	Left       bool
 }
 
 // Run simulates the incast.
@@ -190,8 +235,11 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 	pkt := c.MTU + c.Overhead
 	s := &state{cfg: c, q: q, trace: trace}
 	rng := rand.New(rand.NewPCG(c.Seed, 0x51A7))
-	heap.Init(&s.ev)
 	s.flows = make([]*flow, c.Flows)
+	var portNP *cc.NotificationPoint // per-port CNP pacing: one for all flows
+	if c.DCQCN && c.Params.CNPPerPort {
+		portNP = cc.NewNotificationPoint(c.Params.MinTimeBetweenCNPs, false)
+	}
 	for i := range s.flows {
 		f := &flow{}
 		if c.DCQCN {
@@ -199,7 +247,10 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 			if f.snd, err = cc.NewSender(f.rp, 2*pkt); err != nil {
 				return nil, err
 			}
-			f.np = cc.NewNotificationPoint(c.Params.MinTimeBetweenCNPs)
+			f.np = portNP
+			if f.np == nil {
+				f.np = cc.NewNotificationPoint(c.Params.MinTimeBetweenCNPs, c.Params.CNPAtWindowEnd)
+			}
 		}
 		s.flows[i] = f
 		// Start each flow within one packet time of the others, at random:
@@ -213,8 +264,8 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 	delivered := make([]int64, c.Flows)
 	res := &Result{}
 	var queueSamples []int
-	for s.ev.Len() > 0 {
-		e := heap.Pop(&s.ev).(event)
+	for len(s.ev) > 0 {
+		e := s.ev.pop()
 		if e.at > c.Duration {
 			break
 		}
@@ -242,15 +293,24 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 			f.sendOK = true
 		case evArrive:
 			departAt, queued, ce := q.Arrive(abs(now), e.size, c.DCQCN)
+			id := s.arrivals
+			s.arrivals++
 			if s.trace != nil {
-				s.trace(arrival{T: now, Flow: e.flow, Size: e.size, Queued: queued, CE: ce, Depart: departAt.Sub(epoch)})
+				s.trace(arrival{ID: id, T: now, Flow: e.flow, Size: e.size, Queued: queued, CE: ce, Depart: departAt.Sub(epoch)})
 			}
 			if !queued {
 				continue
 			}
-			s.push(event{at: departAt.Sub(epoch), kind: evDepart, flow: e.flow, size: e.size, ce: ce})
+			s.push(event{at: departAt.Sub(epoch), kind: evDepart, flow: e.flow, size: e.size, ce: ce, gen: id})
 		case evDepart:
-			if q.Depart(e.size) {
+			ce, resumed := q.Depart(e.size, c.DCQCN)
+			if ce {
+				e.ce = true
+				if s.trace != nil {
+					s.trace(arrival{ID: e.gen, Depart: now, Flow: e.flow, Size: e.size, Queued: true, CE: true, Left: true})
+				}
+			}
+			if resumed {
 				for i, g := range s.flows {
 					if g.waiting {
 						g.waiting = false
@@ -264,7 +324,18 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 			if now >= half {
 				delivered[e.flow] += int64(e.size - c.Overhead)
 			}
-			if e.ce && f.np != nil && f.np.OnMarked(abs(now)) {
+			if e.ce && f.np != nil {
+				if f.np.OnMarked(abs(now)) {
+					res.CNPs++
+					s.push(event{at: now + c.Delay, kind: evCNP, flow: e.flow})
+				} else if d := f.np.Deadline(); !d.IsZero() && !f.npArmed {
+					f.npArmed = true
+					s.push(event{at: d.Sub(epoch), kind: evNPTimer, flow: e.flow})
+				}
+			}
+		case evNPTimer:
+			f.npArmed = false
+			if f.np.OnTimeout(abs(now)) {
 				res.CNPs++
 				s.push(event{at: now + c.Delay, kind: evCNP, flow: e.flow})
 			}
@@ -282,7 +353,7 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 			sm := Sample{T: now, Queue: q.Bytes(), Rates: make([]cc.Rate, c.Flows), Alpha: make([]float64, c.Flows)}
 			for i, g := range s.flows {
 				if g.rp != nil {
-					sm.Rates[i], sm.Alpha[i] = g.rp.Rate(), g.rp.Alpha()
+					sm.Rates[i], sm.Alpha[i] = g.rp.Rate(), g.rp.AlphaAt(abs(now))
 				} else {
 					sm.Rates[i] = c.LinkRate
 				}
@@ -318,6 +389,7 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 	for _, f := range s.flows {
 		if f.rp != nil {
 			res.CNPsIgnored += f.rp.CNPIgnored
+			res.CNPsCoalesced += f.rp.CNPCoalesced
 		}
 	}
 	return res, nil
@@ -330,12 +402,14 @@ type state struct {
 	ev    events
 	seq   uint64
 	flows []*flow
+	// arrivals counts the packets that reached the port.
+	arrivals uint64
 }
 
 func (s *state) push(e event) {
 	s.seq++
 	e.seq = s.seq
-	heap.Push(&s.ev, e)
+	s.ev.push(e)
 }
 
 func (s *state) flowAt(i int) *flow {

@@ -26,7 +26,13 @@ func TestSimAndNetworkShareThePortModel(t *testing.T) {
 		Queue: cc.QueueConfig{LineRate: 10 * cc.Gbps, Buffer: 100000, KMin: 5000, KMax: 50000, PMax: 0.2},
 		DCQCN: true, Params: p, Seed: 7}
 	var arrivals []arrival
-	res, err := run(c, func(a arrival) { arrivals = append(arrivals, a) })
+	res, err := run(c, func(a arrival) {
+		if a.Left { // the dequeue mark
+			arrivals[a.ID].CE = true
+			return
+		}
+		arrivals = append(arrivals, a)
+	})
 	require.NoError(t, err)
 	var marks, drops uint64
 	for _, a := range arrivals {

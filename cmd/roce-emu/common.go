@@ -204,6 +204,7 @@ func queueFlags(fs *flag.FlagSet, q *cc.QueueConfig) {
 	fs.IntVar(&q.KMin, "kmin", q.KMin, "WRED-ECN Kmin in `bytes`")
 	fs.IntVar(&q.KMax, "kmax", q.KMax, "WRED-ECN Kmax in `bytes`")
 	fs.Float64Var(&q.PMax, "pmax", q.PMax, "WRED-ECN marking `probability` at Kmax")
+	fs.BoolVar(&q.MarkAtEnqueue, "mark-at-enqueue", false, "decide ECN marks when a packet arrives, on the depth it finds (default: when it starts to leave, on the depth behind it, as ns3-rdma and HPCC's ns-3)")
 	fs.IntVar(&q.Buffer, "buffer", q.Buffer, "buffer in `bytes` (tail drop beyond it)")
 	fs.BoolVar(&q.PFC, "pfc", false, "pause (dcqcn) or hold (switch) above XOFF instead of dropping")
 	fs.IntVar(&q.XOFF, "xoff", q.XOFF, "PFC XOFF threshold in `bytes`")

@@ -48,8 +48,9 @@ func runDCQCN(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "\nRuns an N-to-1 incast through an emulated switch queue in simulated time: senders")
 		fmt.Fprintln(stderr, "paced by DCQCN's reaction point, WRED-ECN marking, CNPs from the receiver's")
 		fmt.Fprintln(stderr, "notification point. Writes rates, alpha and queue depth over time (CSV and plot)")
-		fmt.Fprintln(stderr, "and prints throughput per flow, Jain's index, utilisation, queue percentiles,")
-		fmt.Fprintln(stderr, "CNPs, drops and pauses (the last three and the index over the last half).")
+		fmt.Fprintln(stderr, "and prints throughput per flow, Jain's index, utilisation and queue percentiles")
+		fmt.Fprintln(stderr, "over the last half of the run, and CE marks, CNPs, drops and PFC pauses counted")
+		fmt.Fprintln(stderr, "over the whole run.")
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
@@ -132,8 +133,8 @@ func runDCQCN(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "\n  Jain's fairness index: %.4f\n  link utilisation: %.3f\n  queue depth: p50 %d B, p99 %d B, max %d B\n",
 		res.JainIndex, res.Utilization, res.QueueP50, res.QueueP99, res.QueueMax)
-	fmt.Fprintf(stdout, "whole run: %d packets marked CE, %d CNPs (%d ignored by the reaction points), %d drops, %d PFC pauses\n",
-		res.Marked, res.CNPs, res.CNPsIgnored, res.Drops, res.Pauses)
+	fmt.Fprintf(stdout, "whole run: %d packets marked CE, %d CNPs (%d ignored, %d folded into a pending cut by the reaction points), %d drops, %d PFC pauses\n",
+		res.Marked, res.CNPs, res.CNPsIgnored, res.CNPsCoalesced, res.Drops, res.Pauses)
 	if *csvFile != "" {
 		fmt.Fprintf(stdout, "wrote %s", *csvFile)
 		if *plotFile != "" {
