@@ -226,4 +226,3 @@ func FuzzIPHeader(f *testing.F) {
 		require.Equal(t, h, h2)
 	})
 }
-
