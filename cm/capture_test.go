@@ -49,6 +49,11 @@ func readMADs(t *testing.T, path string) []capturedMAD {
 	}
 }
 
+func sharedCaptureRDMACM(t *testing.T) string {
+	t.Helper()
+	return filepath.Join(testenv.SharedPcaps(t), "rxe-qemu-rdmacm-write18-read4096-mtu1024.pcap")
+}
+
 func sharedCase(t *testing.T, name string) string {
 	t.Helper()
 	return filepath.Join(testenv.SharedPcaps(t), "..", "cases", "interop", name)
