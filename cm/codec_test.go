@@ -226,3 +226,18 @@ func FuzzIPHeader(f *testing.F) {
 		require.Equal(t, h, h2)
 	})
 }
+
+func BenchmarkDecodeREQ(b *testing.B) {
+	mad, err := AppendMAD(nil, 1, sampleMessages()[0])
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.SetBytes(MADLen)
+	var r REQ
+	for b.Loop() {
+		if err := r.DecodeData(mad[MADHeaderLen:]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,10 +1,12 @@
 package cm
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/roce-emu/roce-emu/bth"
@@ -68,6 +70,10 @@ func (c *Config) fill() {
 	def(&c.PacketLifeTime, DefaultPacketLifeTime)
 	def(&c.MRAServiceTimeout, DefaultMRAServiceTimeout)
 	def(&c.TargetACKDelay, DefaultTargetACKDelay)
+	// IBTA time exponents are 5-bit fields.
+	c.PacketLifeTime = min(c.PacketLifeTime, 30)
+	c.MRAServiceTimeout = min(c.MRAServiceTimeout, 31)
+	c.TargetACKDelay = min(c.TargetACKDelay, 31)
 	if c.MaxConnections <= 0 {
 		c.MaxConnections = DefaultMaxConnections
 	}
@@ -623,11 +629,23 @@ func (m *Manager) Deadline() time.Time {
 // whose response did not come, gives up after MaxCMRetries (REQ, REP: a
 // REJ with reason timeout and EventUnreachable; DREQ: TIMEWAIT and
 // EventDisconnected), and ends TIMEWAIT (EventTimeWaitExit).
+// Connections whose timers are due are handled in the order of their
+// deadlines (then of their IDs), so that the MADs and events come out in
+// the same order on every run.
 func (m *Manager) HandleTimeout(now time.Time) {
+	var due []*conn
 	for _, c := range m.conns {
-		if c.deadline.IsZero() || now.Before(c.deadline) {
-			continue
+		if !c.deadline.IsZero() && !now.Before(c.deadline) {
+			due = append(due, c)
 		}
+	}
+	slices.SortFunc(due, func(a, b *conn) int {
+		if c := a.deadline.Compare(b.deadline); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.localID, b.localID)
+	})
+	for _, c := range due {
 		c.deadline = time.Time{}
 		switch c.state {
 		case StateREQSent, StateMRAREQRcvd, StateREPSent, StateMRAREPRcvd, StateDREQSent:

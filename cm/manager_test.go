@@ -20,7 +20,7 @@ var (
 // pair is two Managers joined by hand: active A at 192.0.2.1, passive B
 // at 192.0.2.2, with a clock and a filter that may drop MADs.
 type pair struct {
-	t      *testing.T
+	t      testing.TB
 	now    time.Time
 	a, b   *Manager
 	drop   func(fromA bool, attr AttrID) bool
@@ -28,7 +28,7 @@ type pair struct {
 	events [2][]Event
 }
 
-func newPair(t *testing.T, cfgA, cfgB Config) *pair {
+func newPair(t testing.TB, cfgA, cfgB Config) *pair {
 	if cfgA.CAGUID == 0 {
 		cfgA.CAGUID = 0x505400fffe000001
 	}
@@ -748,4 +748,23 @@ func TestManagerTakesCapturedREQ(t *testing.T) {
 	w, g := want.(*REP), got.(*REP)
 	w.LocalCommID, w.PrivateData = e.ID, [REPPrivateDataLen]byte{}
 	require.Equal(t, w, g)
+}
+
+// BenchmarkConnectDisconnect runs one whole connection (REQ, REP, RTU,
+// DREQ, DREP, TIMEWAIT on both sides) between two Managers per iteration.
+func BenchmarkConnectDisconnect(b *testing.B) {
+	p := newPair(b, Config{}, Config{})
+	b.ReportAllocs()
+	for b.Loop() {
+		idA, _ := p.connect()
+		if err := p.a.Disconnect(p.now, idA, nil); err != nil {
+			b.Fatal(err)
+		}
+		p.deliver()
+		for p.a.Len()+p.b.Len() > 0 {
+			p.advance()
+		}
+		p.events = [2][]Event{}
+		p.sent = p.sent[:0]
+	}
 }
