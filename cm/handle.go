@@ -18,6 +18,10 @@ import (
 func (m *Manager) HandleMAD(now time.Time, from netip.Addr, mad []byte) error {
 	m.counters.MADsReceived++
 	from = from.Unmap()
+	if !from.IsValid() {
+		m.counters.DropMalformed++
+		return fmt.Errorf("%w: a MAD from no address", ErrFieldRange)
+	}
 	h, msg, err := DecodeMAD(mad)
 	switch {
 	case errors.Is(err, ErrUnknownAttr):

@@ -768,3 +768,84 @@ func BenchmarkConnectDisconnect(b *testing.B) {
 		p.sent = p.sent[:0]
 	}
 }
+
+// The consumer never answers: the active side's REQs get MRAs, its
+// retries run out, and its timeout REJ makes the passive side forget the
+// request (EventRejected) instead of holding it for ever.
+func TestUnansweredRequestForgotten(t *testing.T) {
+	p := newPair(t, Config{MaxCMRetries: 2}, Config{MRAServiceTimeout: 10})
+	idA, err := p.a.Dial(p.now, dialParams())
+	require.NoError(t, err)
+	p.deliver()
+	idB := p.lastEvent(1, EventConnectRequest).ID
+	for p.a.Len() > 0 {
+		p.advance()
+	}
+	require.Equal(t, []AttrID{AttrREQ, AttrREQ, AttrMRA, AttrREQ, AttrMRA, AttrREJ}, p.sent)
+	require.Equal(t, []EventType{EventUnreachable}, p.takeEvents(0))
+	require.Equal(t, []EventType{EventConnectRequest, EventRejected}, p.takeEvents(1))
+	require.Equal(t, StateIdle, p.a.State(idA))
+	require.Equal(t, StateIdle, p.b.State(idB))
+	require.Zero(t, p.b.Len())
+	require.Empty(t, p.b.remote)
+	require.Equal(t, uint64(2), p.b.Counters().DuplicateREQs)
+}
+
+func TestConnectIPv6(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	a6, b6 := netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::2")
+	dp := dialParams()
+	dp.Local, dp.Remote, dp.FlowLabel, dp.TrafficClass = a6, b6, 0x12345, 0x68
+	idA, err := p.a.Dial(p.now, dp)
+	require.NoError(t, err)
+	o, ok := p.a.PollMAD()
+	require.True(t, ok)
+	require.Equal(t, b6, o.To)
+	require.NoError(t, p.b.HandleMAD(p.now, a6, o.MAD[:]))
+	e, ok := p.b.PollEvent()
+	require.True(t, ok)
+	require.True(t, e.HasIP)
+	require.Equal(t, netip.AddrPortFrom(a6, 0xc725), e.IP.Src)
+	require.Equal(t, b6, e.IP.Dst)
+	require.Equal(t, a6, e.Request.Primary.LocalGID)
+	require.Equal(t, b6, e.Params.Local)
+	require.Equal(t, uint32(0x12345), e.Params.FlowLabel)
+	require.Equal(t, uint8(0x68), e.Params.TrafficClass)
+	_, err = p.b.Accept(p.now, e.ID, acceptParams())
+	require.NoError(t, err)
+	o, ok = p.b.PollMAD()
+	require.True(t, ok)
+	require.Equal(t, a6, o.To)
+	require.NoError(t, p.a.HandleMAD(p.now, b6, o.MAD[:]))
+	require.Equal(t, StateEstablished, p.a.State(idA))
+	pa, ok := p.a.Params(idA)
+	require.True(t, ok)
+	at, _ := pa.RTRAttr()
+	require.Equal(t, netip.AddrPortFrom(b6, 0), at.AV.Remote)
+	require.Equal(t, a6, at.AV.Local)
+	require.Equal(t, uint32(0x12345), at.AV.FlowLabel)
+	// A MAD from no address is dropped and counted.
+	require.Error(t, p.a.HandleMAD(p.now, netip.Addr{}, o.MAD[:]))
+	require.Equal(t, uint64(1), p.a.Counters().DropMalformed)
+}
+
+func TestQPAttrsUC(t *testing.T) {
+	pp := QPParams{TransportService: ServiceUC, RemoteQPN: 5, SQPSN: 9, RQPSN: 8, PathMTU: qp.IBV_MTU_4096, Timeout: 14,
+		MaxRdAtomic: 1}
+	a, m := pp.RTRAttr()
+	require.Equal(t, qp.IBV_QP_STATE|qp.IBV_QP_AV|qp.IBV_QP_PATH_MTU|qp.IBV_QP_DEST_QPN|qp.IBV_QP_RQ_PSN, m)
+	require.Equal(t, bth.PSN(8), a.RQPSN)
+	a, m = pp.RTSAttr()
+	require.Equal(t, qp.IBV_QP_STATE|qp.IBV_QP_SQ_PSN, m)
+	require.Equal(t, bth.PSN(9), a.SQPSN)
+	require.Zero(t, a.Timeout)
+}
+
+func TestACKTimeout(t *testing.T) {
+	// Linux cm_ack_timeout: packet lifetime + 1, raised toward the CA's ACK delay.
+	for _, tc := range []struct{ delay, plt, want uint8 }{
+		{15, 18, 19}, {0, 18, 19}, {18, 18, 20}, {25, 18, 25}, {20, 18, 21}, {31, 31, 31},
+	} {
+		require.Equal(t, tc.want, ackTimeout(tc.delay, tc.plt), "delay %d lifetime %d", tc.delay, tc.plt)
+	}
+}
