@@ -252,15 +252,16 @@ func (m *Manager) handleDREQ(now time.Time, from netip.Addr, h *Header, dreq *DR
 		m.counters.DropBadQPN++
 		return fmt.Errorf("cm: DREQ for %#08x names QPN %#x, the connection's is %#x", c.localID, dreq.RemoteQPN, c.params.LocalQPN)
 	}
+	// The DREP answers the DREQ's transaction (Linux cm_dreq_handler).
 	drep := &DREP{LocalCommID: c.localID, RemoteCommID: c.remoteID}
 	switch c.state {
 	case StateEstablished, StateREPSent, StateMRAREPRcvd, StateDREQSent:
-		m.send(from, c.tid, drep)
+		m.send(from, h.TransactionID, drep)
 		m.enterTimeWait(now, c)
 		m.event(Event{Type: EventDisconnected, ID: c.localID, Peer: from, ServiceID: c.serviceID,
 			PrivateData: append([]byte(nil), dreq.PrivateData[:]...)})
 	case StateTimeWait:
-		m.send(from, c.tid, drep) // our DREP was lost
+		m.send(from, h.TransactionID, drep) // our DREP was lost
 	default:
 		return m.dropState(c, AttrDREQ)
 	}

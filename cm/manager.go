@@ -13,6 +13,15 @@ import (
 	"github.com/roce-emu/roce-emu/qp"
 )
 
+// GUIDFromMAC returns the EUI-64 GUID of a port with this MAC address,
+// as rxe makes its node GUID (ff:fe in the middle, the universal/local
+// bit flipped): 52:54:00:0a:aa:ba gives 0x505400fffe0aaaba, the Local CA
+// GUID of the rxe capture's REQ.
+func GUIDFromMAC(mac [6]byte) uint64 {
+	return uint64(mac[0]^0x02)<<56 | uint64(mac[1])<<48 | uint64(mac[2])<<40 | 0xff<<32 | 0xfe<<24 |
+		uint64(mac[3])<<16 | uint64(mac[4])<<8 | uint64(mac[5])
+}
+
 // Defaults of Config fields left zero.
 const (
 	DefaultMRAServiceTimeout = 24 // rdma_cm's CMA_CM_MRA_SETTING: 4.096 us * 2^24, about 69 s
@@ -24,8 +33,9 @@ const (
 // Config is a Manager's configuration. Zero fields take the defaults named.
 type Config struct {
 	// CAGUID is the local channel adapter's GUID (the REQ's and REP's
-	// Local CA GUID, the ARI of a timeout REJ). rxe derives it from the MAC
-	// address (52:54:00:0a:aa:ba gives 0x505400fffe0aaaba).
+	// Local CA GUID, the ARI of a timeout REJ); peers tell CMs apart by it
+	// and the communication ID, so give each device its own. rxe derives
+	// it from the MAC address (GUIDFromMAC). 0 is sent as 0.
 	CAGUID uint64
 	// CMResponseTimeout is how long this CM may take to answer, as an IBTA
 	// exponent (4.096 us * 2^x); 0 means DefaultCMResponseTimeout (20).
@@ -355,6 +365,14 @@ func (m *Manager) newLocalID() uint32 {
 	}
 }
 
+// formTID makes the transaction ID of a transaction this side starts (a
+// REQ, or the passive side's DREQ): a random high half and the local
+// communication ID, as Linux's cm_form_tid puts its MAD agent's hi_tid
+// above the ID.
+func (m *Manager) formTID(localID uint32) uint64 {
+	return uint64(m.cfg.Rand.Uint32())<<32 | uint64(localID)
+}
+
 func (m *Manager) randomPSN() bth.PSN { return bth.PSN(m.cfg.Rand.Uint32() & bth.PSNMask) }
 
 // timer arms c's retransmission timer: now + wait, with retries resends
@@ -443,7 +461,7 @@ func (m *Manager) Dial(now time.Time, p DialParams) (uint32, error) {
 	if p.StartingPSN == 0 {
 		p.StartingPSN = m.randomPSN()
 	}
-	c.tid = uint64(m.cfg.Rand.Uint32())<<32 | uint64(c.localID)
+	c.tid = m.formTID(c.localID)
 	r := &c.req
 	*r = REQ{LocalCommID: c.localID, ServiceID: p.ServiceID, LocalCAGUID: m.cfg.CAGUID, LocalQPN: p.QPN,
 		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
@@ -585,7 +603,13 @@ func (m *Manager) Disconnect(now time.Time, id uint32, privateData []byte) error
 	d := &DREQ{LocalCommID: c.localID, RemoteCommID: c.remoteID, RemoteQPN: c.params.RemoteQPN}
 	copy(d.PrivateData[:], privateData)
 	c.state = StateDREQSent
-	c.resend = m.send(c.peer, c.tid, d)
+	// A DREQ starts a transaction of this side's: the passive side forms a
+	// transaction ID of its own (Linux cm_form_tid); the DREP answers with it.
+	tid := c.tid
+	if !c.active {
+		tid = m.formTID(c.localID)
+	}
+	c.resend = m.send(c.peer, tid, d)
 	c.retries = int(c.req.MaxCMRetries)
 	c.arm(now, m.peerResponse(c))
 	return nil

@@ -849,3 +849,45 @@ func TestACKTimeout(t *testing.T) {
 		require.Equal(t, tc.want, ackTimeout(tc.delay, tc.plt), "delay %d lifetime %d", tc.delay, tc.plt)
 	}
 }
+
+func TestGUIDFromMAC(t *testing.T) {
+	require.Equal(t, uint64(0x505400fffe0aaaba), GUIDFromMAC([6]byte{0x52, 0x54, 0x00, 0x0a, 0xaa, 0xba}))
+	require.Equal(t, uint64(0x505400fffebf4369), GUIDFromMAC([6]byte{0x52, 0x54, 0x00, 0xbf, 0x43, 0x69}))
+}
+
+// Transaction IDs as Linux's CM uses them (and the rxe capture shows):
+// the REQ's for the REQ, REP, RTU and the active side's DREQ; a DREP
+// answers with its DREQ's; a passive side's DREQ has a transaction ID of
+// its own, ending in its communication ID.
+func TestTransactionIDs(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	var tids []uint64
+	tap := func(m *Manager) {
+		for o, ok := m.PollMAD(); ok; o, ok = m.PollMAD() {
+			var h Header
+			require.NoError(t, h.Decode(o.MAD[:]))
+			tids = append(tids, h.TransactionID)
+			other, from := p.b, addrA
+			if m == p.b {
+				other, from = p.a, addrB
+			}
+			require.NoError(t, other.HandleMAD(p.now, from, o.MAD[:]))
+		}
+	}
+	idA, err := p.a.Dial(p.now, dialParams())
+	require.NoError(t, err)
+	tap(p.a)
+	e, _ := p.b.PollEvent()
+	_, err = p.b.Accept(p.now, e.ID, acceptParams())
+	require.NoError(t, err)
+	tap(p.b)
+	tap(p.a)
+	require.NoError(t, p.b.Disconnect(p.now, e.ID, nil))
+	tap(p.b)
+	tap(p.a)
+	require.Len(t, tids, 5) // REQ, REP, RTU, DREQ, DREP
+	require.Equal(t, uint32(idA), uint32(tids[0]))
+	require.Equal(t, []uint64{tids[0], tids[0]}, tids[1:3])
+	require.Equal(t, e.ID, uint32(tids[3]))
+	require.Equal(t, tids[3], tids[4])
+}
