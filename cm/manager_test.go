@@ -891,3 +891,82 @@ func TestTransactionIDs(t *testing.T) {
 	require.Equal(t, e.ID, uint32(tids[3]))
 	require.Equal(t, tids[3], tids[4])
 }
+
+// The queues of MADs and events are bounded by Config.QueueLen; what does
+// not fit is counted, never grown without bound.
+func TestQueuesBounded(t *testing.T) {
+	m := NewManager(Config{QueueLen: 2})
+	require.NoError(t, m.Listen(svc))
+	now := time.Unix(0, 0)
+	for i := range 4 {
+		b, err := AppendMAD(nil, 1, &REQ{LocalCommID: uint32(i + 1), ServiceID: svc, LocalQPN: 5, PathMTU: 3})
+		require.NoError(t, err)
+		require.NoError(t, m.HandleMAD(now, addrA, b))
+		b, err = AppendMAD(nil, 1, &DREQ{LocalCommID: 9, RemoteCommID: 9})
+		require.NoError(t, err)
+		require.NoError(t, m.HandleMAD(now, addrA, b)) // answered with a DREP
+	}
+	require.Equal(t, 4, m.Len())
+	require.Len(t, m.events, 2)
+	require.Len(t, m.out, 2)
+	require.Equal(t, uint64(2+2), m.Counters().DropQueueFull)
+	require.Equal(t, uint64(2), m.Counters().MADsSent)
+}
+
+func TestRandomPSNAndIDs(t *testing.T) {
+	m := NewManager(Config{Rand: rand.New(rand.NewPCG(7, 7))})
+	now := time.Unix(0, 0)
+	psns := map[bth.PSN]bool{}
+	for range 20 {
+		dp := dialParams()
+		dp.StartingPSN = 0
+		id, err := m.Dial(now, dp)
+		require.NoError(t, err)
+		require.NotZero(t, id)
+		pp, ok := m.Params(id)
+		require.True(t, ok)
+		require.True(t, pp.RQPSN.Valid())
+		psns[pp.RQPSN] = true
+	}
+	require.Greater(t, len(psns), 15)
+	_, ok := m.Params(12345)
+	require.False(t, ok)
+}
+
+// An MRA for our REP (the active side needs time before its RTU) moves
+// the passive side to MRA_REP_RCVD and stretches its REP timer by the
+// MRA's service timeout.
+func TestMRAForREP(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	p.drop = func(fromA bool, a AttrID) bool { return a == AttrRTU }
+	idA, idB := p.connect()
+	mra, err := AppendMAD(nil, 1, &MRA{LocalCommID: idA, RemoteCommID: idB, MessageMRAed: MsgREP, ServiceTimeout: 23})
+	require.NoError(t, err)
+	require.NoError(t, p.b.HandleMAD(p.now, addrA, mra))
+	require.Equal(t, StateMRAREPRcvd, p.b.State(idB))
+	require.Equal(t, p.now.Add(IBTime(23)+2*IBTime(18)), p.b.Deadline())
+	// An MRA for a REQ we never sent on this connection is a counted drop.
+	mra, err = AppendMAD(nil, 1, &MRA{LocalCommID: idA, RemoteCommID: idB, MessageMRAed: MsgREQ, ServiceTimeout: 23})
+	require.NoError(t, err)
+	require.ErrorIs(t, p.b.HandleMAD(p.now, addrA, mra), ErrState)
+	p.drop = nil
+	p.advance() // the REP goes again, and the RTU comes
+	require.Equal(t, StateEstablished, p.b.State(idB))
+}
+
+func TestNames(t *testing.T) {
+	require.Equal(t, "MRA_REP_RCVD", StateMRAREPRcvd.String())
+	require.Equal(t, "state(42)", State(42).String())
+	require.Equal(t, "TIMEWAIT_EXIT", EventTimeWaitExit.String())
+	require.Equal(t, "event(0)", EventType(0).String())
+	require.Equal(t, "event(42)", EventType(42).String())
+}
+
+func TestApplyError(t *testing.T) {
+	pd := qp.NewDevice().NewPD()
+	cq := qp.NewCQ(4)
+	q, err := qp.New(qp.InitAttr{PD: pd, SendCQ: cq, RecvCQ: cq})
+	require.NoError(t, err)
+	pp := QPParams{TransportService: ServiceRC, PathMTU: qp.IBV_MTU_1024, RemoteQPN: 5, Remote: addrB}
+	require.Error(t, pp.Apply(q), "a QP in RESET cannot go to RTR")
+}
