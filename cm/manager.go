@@ -375,8 +375,8 @@ func (m *Manager) formTID(localID uint32) uint64 {
 
 func (m *Manager) randomPSN() bth.PSN { return bth.PSN(m.cfg.Rand.Uint32() & bth.PSNMask) }
 
-// timer arms c's retransmission timer: now + wait, with retries resends
-// left of what c.resend holds.
+// arm sets c's one timer (a resend of c.resend while c.retries last, or
+// the end of TIMEWAIT) to now + wait.
 func (c *conn) arm(now time.Time, wait time.Duration) { c.deadline = now.Add(wait) }
 
 func (m *Manager) plt() time.Duration { return IBTime(m.cfg.PacketLifeTime) }
