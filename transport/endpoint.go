@@ -191,9 +191,13 @@ func (ep *Endpoint) receiveLocked(now time.Time, d *Datagram) {
 		ep.stats.UnknownQP++
 		return
 	}
-	if _, av := q.q.Remote(); av.Remote.Addr().Unmap().WithZone("") != d.Src.Addr().Unmap().WithZone("") {
-		ep.stats.BadSource++
-		return
+	// RC and UC QPs take packets from their remote address only (rxe's
+	// check 9); a UD QP from anyone, its Q_Key deciding (check 11).
+	if q.q.Type() != qp.IBV_QPT_UD {
+		if _, av := q.q.Remote(); av.Remote.Addr().Unmap().WithZone("") != d.Src.Addr().Unmap().WithZone("") {
+			ep.stats.BadSource++
+			return
+		}
 	}
 	ri := qp.RecvInfo{Src: d.Src, Dst: d.Dst, TOS: d.TOS, HopLimit: d.TTL}
 	q.q.HandleReceived(now, p, &ri)
@@ -219,7 +223,13 @@ func (ep *Endpoint) flushLocked(now time.Time) {
 	ep.arena = ep.arena[:0]
 	ep.batch = ep.batch[:0]
 	for _, q := range ep.order {
+		ud := q.q.Type() == qp.IBV_QPT_UD
 		for q.q.NextPacket(now, &ep.pkt) {
+			if ud {
+				// A UD packet goes where its work request's address
+				// handle says.
+				q.setEncap(q.q.SentTo())
+			}
 			start := len(ep.arena)
 			var err error
 			ep.arena, err = ep.pkt.Append(ep.arena, &q.encap)
@@ -438,14 +448,18 @@ type QP struct {
 }
 
 // NewQP creates a QP in RESET with the device's next free QPN (from 0x11
-// up, as rxe). init.QPN is ignored.
+// up, as rxe). init.QPN is ignored, except 1 for a UD QP: the GSI QP
+// (QP1) that the communication manager's MADs go to.
 func (ep *Endpoint) NewQP(pd *PD, sendCQ, recvCQ *CQ, init qp.InitAttr) (*QP, error) {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	if ep.closed {
 		return nil, ErrClosed
 	}
-	init.PD, init.SendCQ, init.RecvCQ, init.QPN = pd.pd, sendCQ.cq, recvCQ.cq, 0
+	if !(init.QPN == 1 && init.QPType == qp.IBV_QPT_UD) {
+		init.QPN = 0
+	}
+	init.PD, init.SendCQ, init.RecvCQ = pd.pd, sendCQ.cq, recvCQ.cq
 	q, err := qp.New(init)
 	if err != nil {
 		return nil, err
@@ -526,31 +540,36 @@ func (w *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
 		return err
 	}
 	if mask&qp.IBV_QP_AV != 0 || mask&qp.IBV_QP_DEST_QPN != 0 {
-		dqpn, av := w.q.Remote()
-		local := w.ep.conn.LocalAddr().Addr()
-		dport := av.Remote.Port()
-		if dport == 0 {
-			dport = bth.UDPPort
-		}
-		sport := w.ep.conn.SourcePort(bth.SourcePort(av.FlowLabel, w.q.QPN, dqpn))
-		tc := av.TrafficClass
-		if tc == 0 {
-			ecn := bth.ECT0
-			if w.ep.opts.NotECT {
-				ecn = bth.NotECT
-			}
-			tc = bth.TrafficClass(w.ep.opts.DSCP, ecn)
-		}
-		w.encap = bth.Encap{Src: local.Unmap(), Dst: av.Remote.Addr().Unmap(), SrcPort: sport, DstPort: dport,
-			TrafficClass: tc, HopLimit: av.HopLimit, FlowLabel: av.FlowLabel}
-		if !local.Unmap().Is4() {
-			w.encap.Src, w.encap.Dst = local, av.Remote.Addr()
-		}
-		w.src = netip.AddrPortFrom(w.encap.Src, w.encap.SrcPort)
-		w.dst = netip.AddrPortFrom(w.encap.Dst, w.encap.DstPort)
+		w.setEncap(w.q.Remote())
 	}
 	w.ep.flushLocked(w.ep.clock.Now())
 	return nil
+}
+
+// setEncap sets the headers of the QP's next packets for a remote QP
+// dqpn at av (ep.mu held).
+func (w *QP) setEncap(dqpn uint32, av qp.AddressVector) {
+	local := w.ep.conn.LocalAddr().Addr()
+	dport := av.Remote.Port()
+	if dport == 0 {
+		dport = bth.UDPPort
+	}
+	sport := w.ep.conn.SourcePort(bth.SourcePort(av.FlowLabel, w.q.QPN, dqpn))
+	tc := av.TrafficClass
+	if tc == 0 {
+		ecn := bth.ECT0
+		if w.ep.opts.NotECT {
+			ecn = bth.NotECT
+		}
+		tc = bth.TrafficClass(w.ep.opts.DSCP, ecn)
+	}
+	w.encap = bth.Encap{Src: local.Unmap(), Dst: av.Remote.Addr().Unmap(), SrcPort: sport, DstPort: dport,
+		TrafficClass: tc, HopLimit: av.HopLimit, FlowLabel: av.FlowLabel}
+	if !local.Unmap().Is4() {
+		w.encap.Src, w.encap.Dst = local, av.Remote.Addr()
+	}
+	w.src = netip.AddrPortFrom(w.encap.Src, w.encap.SrcPort)
+	w.dst = netip.AddrPortFrom(w.encap.Dst, w.encap.DstPort)
 }
 
 // PostSend posts a send work request (see qp.QP.PostSend) and sends what
