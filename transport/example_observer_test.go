@@ -49,7 +49,9 @@ func ExampleWithObserver() {
 		mrs[i], _ = pd.RegMR(make([]byte, 64), qp.IBV_ACCESS_LOCAL_WRITE)
 	}
 	for i := range 2 {
-		qps[i].Connect(transport.Remote{Addr: eps[1-i].LocalAddr(), QPN: qps[1-i].QPN(), PSN: 0x100}, 0x100, transport.ConnectAttr{})
+		// A local ACK timeout of 4.096 us * 2^24 (69 s), so that a busy
+		// machine's slow ACK does not make a retransmission here.
+		qps[i].Connect(transport.Remote{Addr: eps[1-i].LocalAddr(), QPN: qps[1-i].QPN(), PSN: 0x100}, 0x100, transport.ConnectAttr{Timeout: 24})
 	}
 	qps[1].PostRecv(qp.RecvWR{SGEs: []qp.SGE{mrs[1].SGE(0, 64)}})
 	qps[0].PostSend(qp.SendWR{Opcode: qp.IBV_WR_SEND, SGEs: []qp.SGE{mrs[0].SGE(0, 64)}})
