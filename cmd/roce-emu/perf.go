@@ -1,11 +1,13 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/roce-emu/roce-emu/qp"
@@ -13,15 +15,77 @@ import (
 
 type perfFlags struct {
 	netFlags
-	op       string
-	size     int
-	iters    int
-	port     int
-	mtu      int
-	txDepth  int
-	gbits    bool
-	timeout  time.Duration
-	perftest bool
+	op         string
+	atomicType string // -A: CMP_AND_SWAP or FETCH_AND_ADD
+	size       int
+	iters      int
+	port       int
+	mtu        int
+	txDepth    int
+	rxDepth    int
+	qps        int  // -q
+	all        bool // -a
+	duration   int  // -D, seconds; 0: -n iterations
+	margin     int  // -f, seconds; -1: a quarter of -D
+	noPeak     bool // -N
+	bidir      bool // -b
+	connType   string
+	qpTimeout  int
+	rdmaCM     bool // -R
+	rdmaCMz    bool // -z
+	gbits      bool
+	timeout    time.Duration
+	perftest   bool
+	noEffect   []string // perftest flags given that change nothing here, with why
+}
+
+// perftestNoEffect are perftest's flags that have no meaning for
+// roce-emu: accepted, and each one given is named with the reason in one
+// line on stderr.
+var perftestNoEffect = []struct {
+	name    string
+	isBool  bool
+	usage   string
+	reasons string
+}{
+	{"d", false, "RDMA `device` (perftest's -d)", "roce-emu has no RDMA device: --bind picks the address it sends from"},
+	{"ib-dev", false, "RDMA `device` (perftest's --ib-dev)", "roce-emu has no RDMA device: --bind picks the address it sends from"},
+	{"i", false, "device `port` (perftest's -i)", "roce-emu has one port: --bind and --udp-port"},
+	{"ib-port", false, "device `port` (perftest's --ib-port)", "roce-emu has one port: --bind and --udp-port"},
+	{"x", false, "GID `index` (perftest's -x)", "roce-emu's GID is --bind's address"},
+	{"gid-index", false, "GID `index` (perftest's --gid-index)", "roce-emu's GID is --bind's address"},
+	{"F", true, "do not fail on CPU frequency differences (perftest's -F)", "roce-emu times with the monotonic clock, not CPU cycles"},
+	{"CPU-freq", true, "perftest's --CPU-freq", "roce-emu times with the monotonic clock, not CPU cycles"},
+	{"T", false, "traffic `class` (perftest's -T)", "roce-emu sends with traffic class 0 (no per-QP traffic class yet)"},
+	{"tclass", false, "traffic `class` (perftest's --tclass)", "roce-emu sends with traffic class 0 (no per-QP traffic class yet)"},
+	{"S", false, "service `level` (perftest's -S)", "RoCEv2 carries no service level on the wire"},
+	{"e", true, "wait for completions with events (perftest's -e)", "roce-emu always waits for completions without spinning"},
+	{"I", false, "inline `size` (perftest's -I)", "roce-emu has no inline sends: payloads are copied when posted either way"},
+	{"Q", false, "CQ moderation (perftest's -Q)", "roce-emu signals every work request"},
+	{"l", false, "post list (perftest's -l)", "roce-emu posts work requests one at a time"},
+	{"ipv6", true, "perftest's --ipv6", "the IP version follows --bind"},
+	{"use_hugepages", true, "perftest's --use_hugepages", "roce-emu's buffers are Go memory"},
+	{"cpu_util", true, "perftest's --cpu_util", "roce-emu does not report CPU use"},
+	{"dont_xchg_versions", true, "perftest's --dont_xchg_versions", "roce-emu always exchanges versions, as perftest 6.06 does unless told"},
+}
+
+// noEffectFlag records that one of perftestNoEffect was given.
+type noEffectFlag struct {
+	f      *perfFlags
+	name   string
+	isBool bool
+	why    string
+}
+
+func (n *noEffectFlag) String() string   { return "" }
+func (n *noEffectFlag) IsBoolFlag() bool { return n.isBool }
+func (n *noEffectFlag) Set(v string) error {
+	arg := " " + v
+	if n.isBool {
+		arg = ""
+	}
+	n.f.noEffect = append(n.f.noEffect, fmt.Sprintf("-%s%s accepted, no effect: %s", n.name, arg, n.why))
+	return nil
 }
 
 func (f *perfFlags) register(fs *flag.FlagSet, kind string) {
@@ -30,22 +94,44 @@ func (f *perfFlags) register(fs *flag.FlagSet, kind string) {
 	if kind == "lat" {
 		def = "send"
 	}
-	fs.StringVar(&f.op, "o", def, "operation: send, write or read")
+	fs.StringVar(&f.op, "o", def, "operation: send, write, read or atomic (ib_atomic_"+kind+")")
+	fs.StringVar(&f.atomicType, "A", "FETCH_AND_ADD", "atomic `type` for -o atomic: CMP_AND_SWAP or FETCH_AND_ADD")
+	fs.StringVar(&f.atomicType, "atomic_type", "FETCH_AND_ADD", "atomic `type` for -o atomic (as -A)")
 	fs.IntVar(&f.size, "s", 65536, "message `size` in bytes")
 	if kind == "lat" {
 		fs.Lookup("s").DefValue = "2"
 		f.size = 2
 	}
-	fs.IntVar(&f.iters, "n", 1000, "number of iterations")
+	fs.IntVar(&f.iters, "n", 1000, "number of iterations (per QP)")
 	fs.IntVar(&f.port, "p", 18515, "TCP `port` of the address exchange")
 	fs.IntVar(&f.mtu, "m", 1024, "path `MTU` (256, 512, 1024, 2048 or 4096)")
-	fs.IntVar(&f.txDepth, "t", 128, "work requests kept outstanding (bw)")
+	fs.IntVar(&f.txDepth, "t", 128, "work requests kept outstanding per QP (bw)")
+	fs.IntVar(&f.rxDepth, "r", perftestRxDepth, "receives kept posted per QP (SEND tests)")
+	fs.IntVar(&f.qps, "q", 1, "number of QPs (bw); each runs -n iterations")
+	fs.BoolVar(&f.all, "a", false, "run sizes 2 to 2^23 bytes (bw write and read; give it to both sides: the server sizes its buffer for 8 MiB)")
+	fs.IntVar(&f.duration, "D", 0, "run for this many `seconds` instead of -n iterations (bw write, read, atomic)")
+	fs.IntVar(&f.margin, "f", -1, "with -D, `seconds` at each end left out of the measurement (default a quarter of -D)")
+	fs.BoolVar(&f.noPeak, "N", false, "do not compute the peak bandwidth (prints 0.00, as perftest)")
+	fs.BoolVar(&f.bidir, "b", false, "bidirectional (not supported yet)")
+	fs.StringVar(&f.connType, "c", "RC", "connection `type`: RC (UC, UD, XRC, DC are not supported)")
+	fs.IntVar(&f.qpTimeout, "u", 14, "QP timeout `exponent` (4.096 us * 2^N)")
+	fs.BoolVar(&f.rdmaCM, "R", false, "connect with rdma_cm (not supported yet)")
+	fs.BoolVar(&f.rdmaCMz, "z", false, "rdma_cm for the address exchange (not supported yet)")
 	fs.BoolVar(&f.gbits, "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
 	fs.DurationVar(&f.timeout, "timeout", 120*time.Second, "give up when the run takes longer than this")
 	fs.BoolVar(&f.perftest, "perftest", true, "accepted for compatibility: bw and lat always speak perftest 6.06's out-of-band protocol")
+	for _, ne := range perftestNoEffect {
+		fs.Var(&noEffectFlag{f: f, name: ne.name, isBool: ne.isBool, why: ne.reasons}, ne.name, ne.usage+" (accepted, no effect)")
+	}
 }
 
-func (f *perfFlags) check() (qp.WROpcode, qp.MTU, error) {
+// atomicSize is the only size of perftest's atomic tests (DEF_SIZE_ATOMIC).
+const atomicSize = 8
+
+// perftestMaxSize is the largest size of -a (perftest's MAX_SIZE).
+const perftestMaxSize = 1 << 23
+
+func (f *perfFlags) check(kind string, sizeSet bool) (qp.WROpcode, qp.MTU, error) {
 	var op qp.WROpcode
 	switch f.op {
 	case "send":
@@ -54,18 +140,63 @@ func (f *perfFlags) check() (qp.WROpcode, qp.MTU, error) {
 		op = qp.IBV_WR_RDMA_WRITE
 	case "read":
 		op = qp.IBV_WR_RDMA_READ
+	case "atomic":
+		switch strings.ToUpper(f.atomicType) {
+		case "FETCH_AND_ADD":
+			op = qp.IBV_WR_ATOMIC_FETCH_AND_ADD
+		case "CMP_AND_SWAP":
+			op = qp.IBV_WR_ATOMIC_CMP_AND_SWP
+		default:
+			return 0, 0, fmt.Errorf("-A %q: atomic type must be CMP_AND_SWAP or FETCH_AND_ADD", f.atomicType)
+		}
+		if sizeSet && f.size != atomicSize {
+			return 0, 0, fmt.Errorf("-s %d: the size of atomic tests is %d bytes, as perftest's (\"Message size cannot be changed for Atomic tests\")", f.size, atomicSize)
+		}
+		f.size = atomicSize
 	default:
-		return 0, 0, fmt.Errorf("-o %q: operation must be send, write or read", f.op)
+		return 0, 0, fmt.Errorf("-o %q: operation must be send, write, read or atomic", f.op)
 	}
 	switch {
+	case f.rdmaCM || f.rdmaCMz:
+		return 0, 0, errors.New("-R/-z: connecting with rdma_cm is not supported yet; run both sides without it (perftest's TCP exchange)")
+	case f.bidir:
+		return 0, 0, errors.New("-b: bidirectional tests are not supported yet")
+	case !strings.EqualFold(f.connType, "RC"):
+		return 0, 0, fmt.Errorf("-c %s: roce-emu runs RC only (UC, UD, XRC and DC are not supported yet)", f.connType)
 	case f.size < 1 || f.size > 1<<30:
 		return 0, 0, fmt.Errorf("-s %d: size must be 1 byte to 1 GiB", f.size)
 	case f.iters < 1 || f.iters > 100_000_000:
 		return 0, 0, fmt.Errorf("-n %d: iterations must be 1 to 10^8", f.iters)
 	case f.txDepth < 1 || f.txDepth > 4096:
 		return 0, 0, fmt.Errorf("-t %d: tx depth must be 1 to 4096", f.txDepth)
+	case f.rxDepth < 1 || f.rxDepth > 4096:
+		return 0, 0, fmt.Errorf("-r %d: rx depth must be 1 to 4096", f.rxDepth)
+	case f.qps < 1 || f.qps > perftestMaxQPs:
+		return 0, 0, fmt.Errorf("-q %d: QPs must be 1 to %d", f.qps, perftestMaxQPs)
+	case f.qps > 1 && kind == "lat":
+		return 0, 0, fmt.Errorf("-q %d: perftest's latency tests run one QP; -q is for bw", f.qps)
 	case f.port < 1 || f.port > 65535:
 		return 0, 0, fmt.Errorf("-p %d: TCP port must be 1-65535", f.port)
+	case f.qpTimeout < 0 || f.qpTimeout > 31:
+		return 0, 0, fmt.Errorf("-u %d: QP timeout must be 0 to 31", f.qpTimeout)
+	case f.duration < 0 || f.duration > 24*3600:
+		return 0, 0, fmt.Errorf("-D %d: duration must be 1 second to a day", f.duration)
+	case f.duration > 0 && (kind == "lat" || op == qp.IBV_WR_SEND):
+		return 0, 0, fmt.Errorf("-D: duration mode is built for bw with write, read and atomic (not %s %s yet)", kind, f.op)
+	case f.duration > 0 && f.all:
+		return 0, 0, errors.New("-D with -a: perftest's \"Duration mode currently doesn't support running on all sizes\"")
+	case f.all && (kind == "lat" || op == qp.IBV_WR_SEND):
+		return 0, 0, fmt.Errorf("-a is built for bw with write and read (not %s %s yet)", kind, f.op)
+	case f.all && f.op == "atomic":
+		return 0, 0, errors.New("-a: atomic tests have one size (8 bytes), as perftest's")
+	}
+	if f.duration > 0 {
+		if f.margin < 0 {
+			f.margin = f.duration / 4
+		}
+		if f.duration <= 2*f.margin {
+			return 0, 0, fmt.Errorf("-D %d -f %d: the duration must be more than twice the margin", f.duration, f.margin)
+		}
 	}
 	m, err := mtuFlag(f.mtu)
 	if err == nil {
@@ -94,25 +225,44 @@ func runPerf(kind string, args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintln(stderr, "roce-emu speaks perftest 6.06's out-of-band protocol (Debian 12's perftest: version,")
 		fmt.Fprintln(stderr, "cycle buffer, MTU, key strings, barriers, results) with another roce-emu or with")
-		fmt.Fprintf(stderr, "ib_send_%s, ib_write_%s and ib_read_%s, as client or server (on RoCE perftest\n", kind, kind, kind)
+		fmt.Fprintf(stderr, "ib_send_%s, ib_write_%s, ib_read_%s and ib_atomic_%s (-o atomic), as client or server (on RoCE perftest\n", kind, kind, kind, kind)
 		fmt.Fprintln(stderr, "needs -x GID_INDEX, e.g. ib_write_bw -d rxe0 -x 1 HOST). --perftest, once needed for")
 		fmt.Fprintln(stderr, "that, is accepted and changes nothing.")
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+	// Flags may come before and after the host, as perftest's getopt
+	// takes them.
+	var pos []string
+	for {
+		if code, ok := parseFlags(fs, args); !ok {
+			return code
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
 	}
-	if fs.NArg() > 1 {
-		fmt.Fprintf(stderr, "roce-emu %s: unexpected argument %q\n", kind, fs.Arg(1))
+	if len(pos) > 1 {
+		fmt.Fprintf(stderr, "roce-emu %s: unexpected argument %q\n", kind, pos[1])
 		return 2
 	}
-	op, mtu, err := f.check()
+	host := ""
+	if len(pos) == 1 {
+		host = pos[0]
+	}
+	sizeSet := false
+	fs.Visit(func(fl *flag.Flag) { sizeSet = sizeSet || fl.Name == "s" })
+	op, mtu, err := f.check(kind, sizeSet)
 	if err != nil {
 		fmt.Fprintf(stderr, "roce-emu %s: %v\n", kind, err)
 		return 2
 	}
-	if err := perftestRun(kind, fs.Arg(0), op, mtu, &f, stdout); err != nil {
+	for _, l := range f.noEffect {
+		fmt.Fprintf(stderr, "roce-emu %s: %s\n", kind, l)
+	}
+	if err := perftestRun(kind, host, op, mtu, &f, stdout); err != nil {
 		fmt.Fprintf(stderr, "roce-emu %s: %v\n", kind, err)
 		return 1
 	}
@@ -150,13 +300,27 @@ func bwStats(size int, start time.Time, stamps []time.Time, gbits bool) bwResult
 
 // printBW prints a bandwidth result as perftest's table.
 func printBW(out io.Writer, size, iters int, gbits bool, r bwResult) {
+	printBWHeader(out, gbits)
+	printBWLine(out, size, iters, gbits, r)
+	fmt.Fprintln(out, perfRule)
+}
+
+func printBWHeader(out io.Writer, gbits bool) {
 	unit := "MB/sec"
 	if gbits {
 		unit = "Gb/sec"
 	}
 	fmt.Fprintf(out, " #bytes     #iterations    BW peak[%s]    BW average[%s]   MsgRate[Mpps]\n", unit, unit)
+}
+
+// printBWLine prints one result line. Below 0.1 Gb/sec perftest prints
+// six decimals (its inc_accuracy, REPORT_FMT_EXT); so does this.
+func printBWLine(out io.Writer, size, iters int, gbits bool, r bwResult) {
+	if gbits && r.avg < 0.1 {
+		fmt.Fprintf(out, " %-10d %-10d       %-18.6f %-20.6f %.6f\n", size, iters, r.peak, r.avg, r.mpps)
+		return
+	}
 	fmt.Fprintf(out, " %-10d %-10d       %-18.2f %-20.2f %.6f\n", size, iters, r.peak, r.avg, r.mpps)
-	fmt.Fprintln(out, perfRule)
 }
 
 // latMeasureTail is how many of the largest samples perftest leaves out

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -62,7 +64,7 @@ func TestLat(t *testing.T) {
 }
 
 func TestPerfBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"bw", "-o", "atomic"}, {"bw", "-s", "0"}, {"lat", "-n", "-1"}, {"bw", "a", "b"}, {"lat", "-m", "9000"}} {
+	for _, args := range [][]string{{"bw", "-o", "atomic", "-s", "64"}, {"bw", "-R"}, {"bw", "-q", "0"}, {"lat", "-q", "2"}, {"bw", "-c", "UD"}, {"bw", "-s", "0"}, {"lat", "-n", "-1"}, {"bw", "a", "b"}, {"lat", "-m", "9000"}} {
 		var o, e bytes.Buffer
 		assert.Equal(t, 2, run(args, &o, &e), "%v", args)
 		assert.NotEmpty(t, e.String())
@@ -92,4 +94,87 @@ func TestPrintLatLikePerftest(t *testing.T) {
 	b.Reset()
 	printLat(&b, 64, 1, nil)
 	assert.Contains(t, b.String(), "no latency sample")
+}
+
+// -q 4: four QPs each run -n operations; both sides print the total, as
+// perftest does (iterations times QPs), and every QP carried traffic.
+func TestBWMultiQP(t *testing.T) {
+	for _, op := range []string{"write", "read", "send"} {
+		t.Run(op, func(t *testing.T) {
+			c, s := runPerfPair(t, "bw", "-o", op, "-s", "4096", "-n", "50", "-q", "4")
+			assert.Regexp(t, `\n 4096 +200 +[0-9.]+ +[0-9.]+ +[0-9.]+\n`, c)
+			assert.Regexp(t, `\n 4096 +200 +[0-9.]+ +[0-9.]+ +[0-9.]+\n`, s, "the server prints the client's results, or its own receives")
+			for _, out := range []string{c, s} {
+				assert.Equal(t, 4, strings.Count(out, " local address:"), out)
+				assert.Equal(t, 4, strings.Count(out, " remote address:"), out)
+				for q := range 4 {
+					assert.Regexp(t, fmt.Sprintf(`QP %d counters: sent [1-9]`, q), out, "QP %d moved packets", q)
+				}
+			}
+		})
+	}
+}
+
+// ib_atomic_bw and ib_atomic_lat: 8-byte atomics, the client checks each
+// original value against the one before it at the same offset, the bw
+// server checks its region grew by the client's count of FETCH_AND_ADDs
+// (or, for CMP_AND_SWAP of 0 with 0, did not change).
+func TestAtomic(t *testing.T) {
+	for _, typ := range []string{"FETCH_AND_ADD", "CMP_AND_SWAP"} {
+		t.Run("bw-"+typ, func(t *testing.T) {
+			c, s := runPerfPair(t, "bw", "-o", "atomic", "-A", typ, "-n", "300", "-q", "2")
+			assert.Regexp(t, `\n 8 +600 +[0-9.]+ +[0-9.]+ +[0-9.]+\n`, c)
+			assert.Regexp(t, `\n 8 +600 +[0-9.]+ +[0-9.]+ +[0-9.]+\n`, s)
+			assert.Contains(t, c, "Atomic "+typ+" BW Test")
+			assert.Contains(t, c, "data check: 600 "+typ+"s at 128 offsets")
+			if typ == "FETCH_AND_ADD" {
+				assert.Contains(t, s, "added 600 to 128 words of the region")
+			} else {
+				assert.Contains(t, s, "left the region as it was")
+			}
+			assert.Contains(t, s, "0 SEND, 600 atomic")
+		})
+		t.Run("lat-"+typ, func(t *testing.T) {
+			c, s := runPerfPair(t, "lat", "-o", "atomic", "--atomic_type", typ, "-n", "50")
+			assert.Regexp(t, `\n 8 +50 +[0-9.]+ `, c)
+			assert.Contains(t, c, "data check: 50 ")
+			assert.Contains(t, s, "0 SEND, 50 atomic")
+		})
+	}
+}
+
+// -a runs every size from 2 to 2^23 bytes against a server started with
+// -a (its buffer sized for 8 MiB), one line each; the server prints the
+// last size's results, as perftest's does.
+func TestBWAllSizes(t *testing.T) {
+	for _, op := range []string{"write", "read"} {
+		t.Run(op, func(t *testing.T) {
+			c, s := runPerfPair(t, "bw", "-o", op, "-a", "-n", "4", "-m", "4096")
+			for sz := 2; sz <= 1<<23; sz *= 2 {
+				assert.Regexp(t, fmt.Sprintf(`\n %d +4 +[0-9.]+ +[0-9.]+ +[0-9.]+\n`, sz), c)
+			}
+			assert.Regexp(t, `\n 8388608 +4 +[0-9.]+ +[0-9.]+ +[0-9.]+\n`, s)
+		})
+	}
+}
+
+// -D runs for the duration and reports what completed between the
+// margins, with no peak, as perftest does.
+func TestBWDuration(t *testing.T) {
+	c, s := runPerfPair(t, "bw", "-o", "write", "-s", "4096", "-D", "2", "-q", "2")
+	m := regexp.MustCompile(`\n 4096 +([0-9]+) +0\.00 +([0-9.]+) +[0-9.]+\n`).FindStringSubmatch(c)
+	require.NotNil(t, m, c)
+	assert.NotEqual(t, "0", m[1])
+	assert.Contains(t, s, strings.TrimPrefix(m[0], "\n"), "the server prints the client's")
+}
+
+// perftest's flags that mean nothing here are accepted with one line
+// each; -R is refused in one line.
+func TestPerftestFlags(t *testing.T) {
+	c, s := runPerfPair(t, "bw", "-o", "write", "-s", "4096", "-n", "10", "-d", "rxe0", "-i", "1", "-x", "1", "-F", "--tclass", "2")
+	assert.Regexp(t, `\n 4096 +10 `, c)
+	assert.Contains(t, s, "the client's results")
+	var o, e bytes.Buffer
+	assert.Equal(t, 2, run([]string{"bw", "-R", "192.0.2.2"}, &o, &e))
+	assert.Equal(t, "roce-emu bw: -R/-z: connecting with rdma_cm is not supported yet; run both sides without it (perftest's TCP exchange)\n", e.String())
 }
