@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -177,4 +178,38 @@ func TestPerftestFlags(t *testing.T) {
 	var o, e bytes.Buffer
 	assert.Equal(t, 2, run([]string{"bw", "-R", "192.0.2.2"}, &o, &e))
 	assert.Equal(t, "roce-emu bw: -R/-z: connecting with rdma_cm is not supported yet; run both sides without it (perftest's TCP exchange)\n", e.String())
+}
+
+// A client's -a against a server without it: the server's buffer holds
+// 65536 bytes, the client's first larger WRITE is refused, and both sides
+// say to give the server -a.
+func TestBWAllSizesServerWithoutA(t *testing.T) {
+	tcp, udp := freeTCPPort(t), freeUDPPort(t)
+	common := []string{"bw", "-o", "write", "-n", "2", "--udp-port", udp, "-p", tcp, "--timeout", "30s"}
+	var sout, serr bytes.Buffer
+	var scode int
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		scode = run(append(slices.Clone(common), "--bind", "127.0.0.2"), &sout, &serr)
+	}()
+	var cout, cerr bytes.Buffer
+	var ccode int
+	for try := 0; try < 50; try++ {
+		cout.Reset()
+		cerr.Reset()
+		ccode = run(append(slices.Clone(common), "-a", "--bind", "127.0.0.1", "127.0.0.1"), &cout, &cerr)
+		if !strings.Contains(cerr.String(), "cannot reach") {
+			break
+		}
+	}
+	wg.Wait()
+	assert.Equal(t, 1, ccode)
+	assert.Contains(t, cerr.String(), "size 131072: ")
+	assert.Contains(t, cerr.String(), "work completion REM_ACCESS_ERR")
+	assert.Contains(t, cerr.String(), "start it with -a too")
+	assert.Regexp(t, `\n 65536 +2 `, cout.String(), "the sizes up to the server's buffer ran")
+	assert.Equal(t, 1, scode)
+	assert.Contains(t, serr.String(), "if it runs -a, start this server with -a too")
 }

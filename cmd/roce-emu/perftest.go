@@ -362,7 +362,7 @@ func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string
 				for sz := 2; sz <= perftestMaxSize; sz *= 2 {
 					r.size, r.ref = sz, nil
 					if res, err = r.bwClient(gbits); err != nil {
-						return fail(fmt.Errorf("size %d: %v%s", sz, err, remoteAccessHint(err)))
+						return fail(fmt.Errorf("size %d: %v%s", sz, err, r.remoteAccessHint()))
 					}
 					printBWLine(out, sz, n, gbits, res)
 				}
@@ -436,8 +436,8 @@ func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string
 
 // remoteAccessHint explains a remote access error of -a: the peer's
 // buffer is too small for the size.
-func remoteAccessHint(err error) string {
-	if strings.Contains(err.Error(), qp.IBV_WC_REM_ACCESS_ERR.String()) {
+func (r *perftestTraffic) remoteAccessHint() string {
+	if r.failed == qp.IBV_WC_REM_ACCESS_ERR {
 		return " (the server's buffer is smaller than this size: start it with -a too)"
 	}
 	return ""
@@ -578,8 +578,9 @@ type perftestTraffic struct {
 	noPeak               bool
 	ctx                  context.Context
 	wc                   []qp.WC
-	sends, recvs         int    // completions seen (latency tests)
-	atomicInit           []byte // an atomic server's advertised regions before the test
+	sends, recvs         int         // completions seen (latency tests)
+	atomicInit           []byte      // an atomic server's advertised regions before the test
+	failed               qp.WCStatus // the status of the first failed completion
 	// READ data check: the first READ from each remote offset, and how many
 	// READs were compared.
 	ref     map[int][]byte
@@ -635,6 +636,7 @@ func (r *perftestTraffic) poll() ([]qp.WC, error) {
 	}
 	for _, c := range r.wc[:n] {
 		if c.Status != qp.IBV_WC_SUCCESS {
+			r.failed = c.Status
 			qi, k := unWRID(c.WRID)
 			return nil, fmt.Errorf("work completion %s (%s, QP %d, operation %d)", c.Status, c.Opcode, qi, k)
 		}
