@@ -112,7 +112,7 @@ func (f *perfFlags) register(fs *flag.FlagSet, kind string) {
 	fs.IntVar(&f.duration, "D", 0, "run for this many `seconds` instead of -n iterations (bw write, read, atomic)")
 	fs.IntVar(&f.margin, "f", -1, "with -D, `seconds` at each end left out of the measurement (default a quarter of -D)")
 	fs.BoolVar(&f.noPeak, "N", false, "do not compute the peak bandwidth (prints 0.00, as perftest)")
-	fs.BoolVar(&f.bidir, "b", false, "bidirectional (not supported yet)")
+	fs.BoolVar(&f.bidir, "b", false, "bidirectional: both sides run the traffic and print the sum (bw write, read, atomic; give it to both sides)")
 	fs.StringVar(&f.connType, "c", "RC", "connection `type`: RC (UC, UD, XRC, DC are not supported)")
 	fs.IntVar(&f.qpTimeout, "u", 14, "QP timeout `exponent` (4.096 us * 2^N)")
 	fs.BoolVar(&f.rdmaCM, "R", false, "connect with rdma_cm (not supported yet)")
@@ -159,8 +159,8 @@ func (f *perfFlags) check(kind string, sizeSet bool) (qp.WROpcode, qp.MTU, error
 	switch {
 	case f.rdmaCM || f.rdmaCMz:
 		return 0, 0, errors.New("-R/-z: connecting with rdma_cm is not supported yet; run both sides without it (perftest's TCP exchange)")
-	case f.bidir:
-		return 0, 0, errors.New("-b: bidirectional tests are not supported yet")
+	case f.bidir && (kind == "lat" || op == qp.IBV_WR_SEND):
+		return 0, 0, fmt.Errorf("-b: bidirectional is built for bw with write, read and atomic (not %s %s yet)", kind, f.op)
 	case !strings.EqualFold(f.connType, "RC"):
 		return 0, 0, fmt.Errorf("-c %s: roce-emu runs RC only (UC, UD, XRC and DC are not supported yet)", f.connType)
 	case f.size < 1 || f.size > 1<<30:

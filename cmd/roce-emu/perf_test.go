@@ -213,3 +213,53 @@ func TestBWAllSizesServerWithoutA(t *testing.T) {
 	assert.Equal(t, 1, scode)
 	assert.Contains(t, serr.String(), "if it runs -a, start this server with -a too")
 }
+
+// -b: both sides run the traffic and print the same sums; with -a a
+// barrier after each size; atomics check both regions.
+func TestBWBidirectional(t *testing.T) {
+	for _, c := range [][]string{
+		{"-o", "write", "-s", "4096", "-n", "100", "-q", "2"},
+		{"-o", "read", "-s", "4096", "-n", "100"},
+		{"-o", "atomic", "-n", "100"},
+		{"-o", "write", "-a", "-n", "2", "-m", "4096"},
+		{"-o", "write", "-s", "4096", "-D", "2"},
+	} {
+		t.Run(strings.Join(c, ""), func(t *testing.T) {
+			cl, sv := runPerfPair(t, "bw", append([]string{"-b"}, c...)...)
+			re := regexp.MustCompile(`(?m)^ [0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$`)
+			lines := re.FindAllString(cl, -1)
+			require.NotEmpty(t, lines, cl)
+			svLines := re.FindAllString(sv, -1)
+			if slices.Contains(c, "-D") {
+				// Each side prints its own count of measured operations.
+				strip := func(ls []string) (o []string) {
+					for _, l := range ls {
+						f := strings.Fields(l)
+						o = append(o, strings.Join(append(f[:1:1], f[2:]...), " "))
+					}
+					return o
+				}
+				lines, svLines = strip(lines), strip(svLines)
+			}
+			assert.Equal(t, lines, svLines, "both sides print the same sums")
+			if slices.Contains(c, "-a") {
+				assert.Len(t, lines, 23)
+			}
+			for _, out := range []string{cl, sv} {
+				switch {
+				case slices.Contains(c, "atomic"):
+					assert.Contains(t, out, "added 100 to 64 words")
+					assert.Contains(t, out, "0 SEND, 100 atomic")
+				case slices.Contains(c, "-D"):
+					assert.NotContains(t, out, " 0 RDMA WRITE")
+				case slices.Contains(c, "read"):
+					assert.Contains(t, out, "0 RDMA WRITE, 100 RDMA READ")
+				case slices.Contains(c, "-a"):
+					assert.Contains(t, out, " 46 RDMA WRITE")
+				default:
+					assert.Contains(t, out, " 200 RDMA WRITE")
+				}
+			}
+		})
+	}
+}

@@ -162,7 +162,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	if f.duration > 0 {
 		iters = 0
 	}
-	if r, err = newPerftestTraffic(ctx, ep, kind, op, client, size, iters, f.txDepth, f.rxDepth, f.qps, sys); err != nil {
+	if r, err = newPerftestTraffic(ctx, ep, kind, op, client, f.bidir, size, iters, f.txDepth, f.rxDepth, f.qps, sys); err != nil {
 		return err
 	}
 	r.noPeak = f.noPeak
@@ -344,6 +344,8 @@ func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string
 	}
 	program := perftestProgram(kind, r.op)
 	switch {
+	case kind == "bw" && f.bidir:
+		return r.bidirBW(ctx, s, f, out)
 	case kind == "bw" && r.op != qp.IBV_WR_SEND:
 		var res bwResult
 		n := r.iters * len(r.qps)
@@ -434,6 +436,60 @@ func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string
 	return nil
 }
 
+// bidirBW is -b, perftest's duplex write_bw, read_bw and atomic_bw: both
+// sides run the client's traffic at once, after a barrier; each size's
+// results then go across and both sides print the sum of both (peaks,
+// averages and message rates added; its own iterations). With -a there
+// is a barrier after each size too (perftest 4.6 and later).
+func (r *perftestTraffic) bidirBW(ctx context.Context, s *oob.Perftest, f *perfFlags, out io.Writer) error {
+	fail := func(err error) error {
+		return fmt.Errorf("%v (QP %s; %s)", err, r.q.State(), describeCounters(r.q.Counters()))
+	}
+	sizes := []int{r.size}
+	if f.all {
+		sizes = nil
+		for sz := 2; sz <= perftestMaxSize; sz *= 2 {
+			sizes = append(sizes, sz)
+		}
+	}
+	printBWHeader(out, f.gbits)
+	var rem oob.BWReport
+	for _, sz := range sizes {
+		r.size, r.ref = sz, nil
+		for _, pq := range r.qps {
+			pq.last = nil
+		}
+		if err := s.Barrier(ctx, fmt.Sprintf("before traffic of %d bytes", sz)); err != nil {
+			return err
+		}
+		var res bwResult
+		var err error
+		n := r.iters * len(r.qps)
+		if f.duration > 0 {
+			res, n, err = r.bwDuration(f.gbits, time.Duration(f.duration)*time.Second, time.Duration(f.margin)*time.Second)
+		} else {
+			res, err = r.bwClient(f.gbits)
+		}
+		if err != nil {
+			return fail(fmt.Errorf("size %d: %v%s", sz, err, r.remoteAccessHint()))
+		}
+		if f.all {
+			if err := s.Barrier(ctx, fmt.Sprintf("after traffic of %d bytes", sz)); err != nil {
+				return err
+			}
+		}
+		if rem, err = s.BWReports(ctx, oob.BWReport{Size: uint64(sz), Iters: uint64(n), PeakBW: res.peak, AvgBW: res.avg, MsgRate: res.mpps}); err != nil {
+			return err
+		}
+		printBWLine(out, sz, n, f.gbits, bwResult{peak: res.peak + rem.PeakBW, avg: res.avg + rem.AvgBW, mpps: res.mpps + rem.MsgRate})
+	}
+	fmt.Fprintln(out, perfRule)
+	if isAtomic(r.op) {
+		return r.checkAtomicRegion(rem.Iters, f.duration > 0, out)
+	}
+	return nil
+}
+
 // remoteAccessHint explains a remote access error of -a: the peer's
 // buffer is too small for the size.
 func (r *perftestTraffic) remoteAccessHint() string {
@@ -456,7 +512,7 @@ const perftestSlotBytes = 64 << 20
 // advertised to the peer, INC(max(size, cycle buffer)) bytes, as
 // perftest's second half; one MR over it all, one CQ, and nq QPs in INIT
 // with their receives posted. iters 0 is duration mode.
-func newPerftestTraffic(ctx context.Context, ep *transport.Endpoint, kind string, op qp.WROpcode, client bool, size, iters, txDepth, rxDepthFlag, nq int, sys oob.SysData) (*perftestTraffic, error) {
+func newPerftestTraffic(ctx context.Context, ep *transport.Endpoint, kind string, op qp.WROpcode, client, bidir bool, size, iters, txDepth, rxDepthFlag, nq int, sys oob.SysData) (*perftestTraffic, error) {
 	depth := txDepth
 	if iters > 0 {
 		depth = min(txDepth, iters)
@@ -504,7 +560,7 @@ func newPerftestTraffic(ctx context.Context, ep *transport.Endpoint, kind string
 			binary.LittleEndian.PutUint64(r.buf[i:], rng.Uint64())
 		}
 	}
-	if isAtomic(op) && !client {
+	if isAtomic(op) && (!client || bidir) {
 		r.atomicInit = bytes.Clone(r.buf[advOff:])
 	}
 	pd := ep.NewPD()

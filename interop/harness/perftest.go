@@ -21,6 +21,7 @@ type perftestCase struct {
 	all      bool
 	duration int
 	atomic   string
+	bidir    bool
 }
 
 func (c perftestCase) program() string { return "ib_" + c.op + "_" + c.kind }
@@ -48,6 +49,9 @@ func (c perftestCase) modeArgs() []string {
 	}
 	if c.atomic != "" {
 		a = append(a, "-A", c.atomic)
+	}
+	if c.bidir {
+		a = append(a, "-b")
 	}
 	return a
 }
@@ -88,6 +92,10 @@ func (h *harness) perftestModeScenarios() []scenario {
 			"-a: 5 RDMA WRITEs of each size from 2 bytes to 8 MiB, the server's buffer sized for the largest"},
 		{perftestCase{kind: "bw", op: "write", size: 65536, iters: 0, duration: 2}, "ib_write_bw-D2",
 			"-D 2: RDMA WRITEs of 65536 bytes for 2 seconds, the results of the measured part crossing intact"},
+		{perftestCase{kind: "bw", op: "write", size: 65536, iters: 100, bidir: true}, "ib_write_bw-b",
+			"-b: both sides write 100 RDMA WRITEs of 65536 bytes at once, exchange results and print the same sums"},
+		{perftestCase{kind: "bw", op: "atomic", size: 8, iters: 200, atomic: "FETCH_AND_ADD", bidir: true}, "ib_atomic_bw-b",
+			"-b: both sides run 200 FETCH_AND_ADDs at once; roce-emu checks the values it got and that its region grew by rxe's 200"},
 	}
 	var ss []scenario
 	for _, m := range cases {
@@ -287,7 +295,8 @@ func (h *harness) perftest(c perftestCase, ourClient bool, guestMTU, ourMTU int,
 		return "", fmt.Errorf("roce-emu printed no result line for %d x %d bytes: %s", c.totalIters(), c.size, lastLines(o, 3))
 	}
 	// For write, read and atomic the client's results cross over TCP: the
-	// server prints the very numbers the client printed.
+	// server prints the very numbers the client printed (with -b both
+	// print the sum of both sides' results, the same numbers).
 	if c.kind == "bw" && c.op != "send" && theirs != mine {
 		return "", fmt.Errorf("the results did not cross intact: %s printed %q, roce-emu %q", c.program(), theirs, mine)
 	}
@@ -313,24 +322,25 @@ func (h *harness) perftest(c perftestCase, ourClient bool, guestMTU, ourMTU int,
 	idx := map[string]int{"write": 1, "read": 2, "send": 3, "atomic": 4}[c.op]
 	got, _ := strconv.Atoi(served[idx])
 	wantServed := c.totalIters()
+	serving := !ourClient || c.bidir // with -b both sides serve the other's traffic
 	if c.all {
 		wantServed = 23 * c.iters // sizes 2^1 to 2^23
 	}
 	switch {
-	case !ourClient && c.duration > 0:
+	case serving && c.duration > 0:
 		if n, _ := strconv.Atoi(strings.Fields(mine + " 0 0")[1]); got < n {
 			return "", fmt.Errorf("roce-emu served %d %s requests, fewer than the %d %s measured", got, c.op, n, c.program())
 		}
-	case !ourClient && got != wantServed:
+	case serving && got != wantServed:
 		return "", fmt.Errorf("roce-emu served %d %s requests from %s, not %d", got, c.op, c.program(), wantServed)
-	case !ourClient && c.op == "atomic" && c.kind == "bw" && !strings.Contains(o, "data check: the client's"):
+	case serving && c.op == "atomic" && c.kind == "bw" && !strings.Contains(o, "data check: the client's"):
 		return "", fmt.Errorf("roce-emu did not check what the atomics did to its region: %s", lastLines(o, 3))
 	case ourClient && c.op == "send" && c.kind == "lat" && got != c.iters:
 		return "", fmt.Errorf("roce-emu received %d of %s's %d SENDs", got, c.program(), c.iters)
 	case ourClient && c.op == "write" && c.kind == "lat" && got != c.iters:
 		return "", fmt.Errorf("roce-emu received %d of %s's %d RDMA WRITEs", got, c.program(), c.iters)
 	}
-	if ourClient && (c.op == "read" || c.op == "atomic") && !strings.Contains(o, "data check:") {
+	if (ourClient || c.bidir) && (c.op == "read" || c.op == "atomic") && !strings.Contains(o, "data check:") {
 		return "", fmt.Errorf("roce-emu did not check the data it read: %s", lastLines(o, 3))
 	}
 	// Small bandwidth READs walk perftest's cycle buffer, one cache line
