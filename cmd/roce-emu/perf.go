@@ -33,6 +33,7 @@ type perfFlags struct {
 	qpTimeout  int
 	rdmaCM     bool // -R
 	rdmaCMz    bool // -z
+	infinite   bool // --run_infinitely
 	gbits      bool
 	timeout    time.Duration
 	perftest   bool
@@ -66,6 +67,7 @@ var perftestNoEffect = []struct {
 	{"ipv6", true, "perftest's --ipv6", "the IP version follows --bind"},
 	{"use_hugepages", true, "perftest's --use_hugepages", "roce-emu's buffers are Go memory"},
 	{"cpu_util", true, "perftest's --cpu_util", "roce-emu does not report CPU use"},
+	{"mr_per_qp", true, "perftest's --mr_per_qp", "roce-emu registers one MR over every QP's region; the peer uses the keys it is sent either way"},
 	{"dont_xchg_versions", true, "perftest's --dont_xchg_versions", "roce-emu always exchanges versions, as perftest 6.06 does unless told"},
 }
 
@@ -84,7 +86,11 @@ func (n *noEffectFlag) Set(v string) error {
 	if n.isBool {
 		arg = ""
 	}
-	n.f.noEffect = append(n.f.noEffect, fmt.Sprintf("-%s%s accepted, no effect: %s", n.name, arg, n.why))
+	dash := "-"
+	if len(n.name) > 1 {
+		dash = "--" // as perftest's long options are typed
+	}
+	n.f.noEffect = append(n.f.noEffect, fmt.Sprintf("%s%s%s accepted, no effect: %s", dash, n.name, arg, n.why))
 	return nil
 }
 
@@ -117,6 +123,7 @@ func (f *perfFlags) register(fs *flag.FlagSet, kind string) {
 	fs.IntVar(&f.qpTimeout, "u", 14, "QP timeout `exponent` (4.096 us * 2^N)")
 	fs.BoolVar(&f.rdmaCM, "R", false, "connect with rdma_cm (not supported yet)")
 	fs.BoolVar(&f.rdmaCMz, "z", false, "rdma_cm for the address exchange (not supported yet)")
+	fs.BoolVar(&f.infinite, "run_infinitely", false, "run until stopped, reporting every few seconds (not supported yet)")
 	fs.BoolVar(&f.gbits, "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
 	fs.DurationVar(&f.timeout, "timeout", 120*time.Second, "give up when the run takes longer than this")
 	fs.BoolVar(&f.perftest, "perftest", true, "accepted for compatibility: bw and lat always speak perftest 6.06's out-of-band protocol")
@@ -161,6 +168,8 @@ func (f *perfFlags) check(kind string, sizeSet bool) (qp.WROpcode, qp.MTU, error
 		return 0, 0, errors.New("-R/-z: connecting with rdma_cm is not supported yet; run both sides without it (perftest's TCP exchange)")
 	case f.bidir && (kind == "lat" || op == qp.IBV_WR_SEND):
 		return 0, 0, fmt.Errorf("-b: bidirectional is built for bw with write, read and atomic (not %s %s yet)", kind, f.op)
+	case f.infinite:
+		return 0, 0, errors.New("--run_infinitely is not supported yet; -D SECONDS runs for a given time")
 	case !strings.EqualFold(f.connType, "RC"):
 		return 0, 0, fmt.Errorf("-c %s: roce-emu runs RC only (UC, UD, XRC and DC are not supported yet)", f.connType)
 	case f.size < 1 || f.size > 1<<30:
@@ -213,7 +222,7 @@ func runPerf(kind string, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var f perfFlags
 	f.register(fs, kind)
-	fs.Usage = func() {
+	usage := func() {
 		fmt.Fprintf(stderr, "usage: roce-emu %s [flags] [HOST]\n\n", kind)
 		if kind == "bw" {
 			fmt.Fprintln(stderr, "perftest's bandwidth tests: without HOST, wait as the server; with HOST, connect")
@@ -230,6 +239,20 @@ func runPerf(kind string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "that, is accepted and changes nothing.")
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
+	}
+	// A bad flag gets the flag package's line and one more, not the
+	// whole list; -h gets the list.
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: roce-emu %s [flags] [HOST]; roce-emu %s -h lists the flags\n", kind, kind)
+	}
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "-help" || a == "--help" || a == "--h" {
+			usage()
+			return 0
+		}
 	}
 	// Flags may come before and after the host, as perftest's getopt
 	// takes them.

@@ -263,3 +263,38 @@ func TestBWBidirectional(t *testing.T) {
 		})
 	}
 }
+
+// What perftest users type: each flag with no meaning here gets one line
+// saying so; a flag roce-emu does not know gets two lines, not the list;
+// modes not built are refused in one line.
+func TestPerftestFlagLines(t *testing.T) {
+	var o, e bytes.Buffer
+	code := run([]string{"bw", "-d", "rxe0", "-x", "3", "-F", "--tclass", "2", "-p", freeTCPPort(t), "--udp-port", freeUDPPort(t), "--timeout", "300ms"}, &o, &e)
+	assert.Equal(t, 1, code, "the server waited for a client that did not come")
+	assert.Equal(t, []string{
+		"roce-emu bw: -d rxe0 accepted, no effect: roce-emu has no RDMA device: --bind picks the address it sends from",
+		"roce-emu bw: -x 3 accepted, no effect: roce-emu's GID is --bind's address",
+		"roce-emu bw: -F accepted, no effect: roce-emu times with the monotonic clock, not CPU cycles",
+		"roce-emu bw: --tclass 2 accepted, no effect: roce-emu sends with traffic class 0 (no per-QP traffic class yet)",
+	}, strings.Split(e.String(), "\n")[:4])
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bw", "--bogus"}, "flag provided but not defined: -bogus\nusage: roce-emu bw [flags] [HOST]; roce-emu bw -h lists the flags\n"},
+		{[]string{"bw", "--run_infinitely"}, "roce-emu bw: --run_infinitely is not supported yet; -D SECONDS runs for a given time\n"},
+		{[]string{"lat", "-b", "-o", "write"}, "roce-emu lat: -b: bidirectional is built for bw with write, read and atomic (not lat write yet)\n"},
+		{[]string{"bw", "-o", "send", "-a"}, "roce-emu bw: -a is built for bw with write and read (not bw send yet)\n"},
+		{[]string{"bw", "-D", "4", "-f", "2"}, "roce-emu bw: -D 4 -f 2: the duration must be more than twice the margin\n"},
+		{[]string{"bw", "-o", "atomic", "-A", "SWAP"}, "roce-emu bw: -A \"SWAP\": atomic type must be CMP_AND_SWAP or FETCH_AND_ADD\n"},
+	} {
+		o.Reset()
+		e.Reset()
+		assert.Equal(t, 2, run(c.args, &o, &e), "%v", c.args)
+		assert.Equal(t, c.want, e.String(), "%v", c.args)
+	}
+	o.Reset()
+	e.Reset()
+	assert.Equal(t, 0, run([]string{"bw", "-h"}, &o, &e))
+	assert.Contains(t, e.String(), "-q int")
+}
