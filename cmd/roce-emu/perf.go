@@ -114,7 +114,7 @@ func (f *perfFlags) register(fs *flag.FlagSet, kind string) {
 	fs.IntVar(&f.txDepth, "t", 128, "work requests kept outstanding per QP (bw)")
 	fs.IntVar(&f.rxDepth, "r", perftestRxDepth, "receives kept posted per QP (SEND tests)")
 	fs.IntVar(&f.qps, "q", 1, "number of QPs (bw); each runs -n iterations")
-	fs.BoolVar(&f.all, "a", false, "run sizes 2 to 2^23 bytes (bw write and read; give it to both sides: the server sizes its buffer for 8 MiB)")
+	fs.BoolVar(&f.all, "a", false, "run sizes 2 to 2^23 bytes (give it to both sides: the server sizes its buffer for 8 MiB)")
 	fs.IntVar(&f.duration, "D", 0, "run for this many `seconds` instead of -n iterations (bw write, read, atomic)")
 	fs.IntVar(&f.margin, "f", -1, "with -D, `seconds` at each end left out of the measurement (default a quarter of -D)")
 	fs.BoolVar(&f.noPeak, "N", false, "do not compute the peak bandwidth (prints 0.00, as perftest)")
@@ -194,8 +194,6 @@ func (f *perfFlags) check(kind string, sizeSet bool) (qp.WROpcode, qp.MTU, error
 		return 0, 0, fmt.Errorf("-D: duration mode is built for bw with write, read and atomic (not %s %s yet)", kind, f.op)
 	case f.duration > 0 && f.all:
 		return 0, 0, errors.New("-D with -a: perftest's \"Duration mode currently doesn't support running on all sizes\"")
-	case f.all && (kind == "lat" || op == qp.IBV_WR_SEND):
-		return 0, 0, fmt.Errorf("-a is built for bw with write and read (not %s %s yet)", kind, f.op)
 	case f.all && f.op == "atomic":
 		return 0, 0, errors.New("-a: atomic tests have one size (8 bytes), as perftest's")
 	}
@@ -355,6 +353,17 @@ const latMeasureTail = 2
 // as t_typical. The first exchange usually carries the peer's start-up, so
 // it is among the samples dropped.
 func printLat(out io.Writer, size, iters int, samples []time.Duration) {
+	printLatHeader(out)
+	printLatLine(out, size, iters, samples)
+	fmt.Fprintln(out, perfRule)
+}
+
+func printLatHeader(out io.Writer) {
+	fmt.Fprintln(out, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]")
+}
+
+// printLatLine prints the line of printLat.
+func printLatLine(out io.Writer, size, iters int, samples []time.Duration) {
 	if len(samples) == 0 {
 		// perftest's latency samples are the gaps between iterations.
 		fmt.Fprintf(out, " %d iteration(s) give no latency sample between them; use -n 2 or more\n", iters)
@@ -381,8 +390,6 @@ func printLat(out io.Writer, size, iters int, samples []time.Duration) {
 	pct := func(p float64) float64 {
 		return us(samples[max(0, min(len(samples)-1, int(math.Ceil(p*float64(len(samples))))-1))])
 	}
-	fmt.Fprintln(out, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]")
 	fmt.Fprintf(out, " %-7d %-10d      %-14.2f %-12.2f %-18.2f %-14.2f %-15.2f %-22.2f %.2f\n", size, iters,
 		us(samples[0]), us(samples[len(samples)-1]), us(median), mean, math.Sqrt(sq/float64(len(samples))), pct(0.99), pct(0.999))
-	fmt.Fprintln(out, perfRule)
 }

@@ -148,13 +148,33 @@ func TestAtomic(t *testing.T) {
 // -a (its buffer sized for 8 MiB), one line each; the server prints the
 // last size's results, as perftest's does.
 func TestBWAllSizes(t *testing.T) {
-	for _, op := range []string{"write", "read"} {
+	for _, op := range []string{"write", "read", "send"} {
 		t.Run(op, func(t *testing.T) {
 			c, s := runPerfPair(t, "bw", "-o", op, "-a", "-n", "4", "-m", "4096")
 			for sz := 2; sz <= 1<<23; sz *= 2 {
 				assert.Regexp(t, fmt.Sprintf(`\n %d +4 +[0-9.]+ +[0-9.]+ +[0-9.]+\n`, sz), c)
+				if op == "send" {
+					assert.Regexp(t, fmt.Sprintf(`\n %d +4 +[0-9.]+ +[0-9.]+ +[0-9.]+\n`, sz), s, "send_bw's server reports every size")
+				}
 			}
 			assert.Regexp(t, `\n 8388608 +4 +[0-9.]+ +[0-9.]+ +[0-9.]+\n`, s)
+		})
+	}
+}
+
+// lat -a: one line per size from 2 bytes to 8 MiB; the ping-pongs of
+// each size start from count 0 (write polls the new last byte).
+func TestLatAllSizes(t *testing.T) {
+	for _, op := range []string{"send", "write", "read"} {
+		t.Run(op, func(t *testing.T) {
+			c, s := runPerfPair(t, "lat", "-o", op, "-a", "-n", "5", "-m", "4096")
+			for sz := 2; sz <= 1<<23; sz *= 2 {
+				assert.Regexp(t, fmt.Sprintf(`\n %d +5 +[0-9.]+ `, sz), c)
+				if op != "read" {
+					assert.Regexp(t, fmt.Sprintf(`\n %d +5 +[0-9.]+ `, sz), s)
+				}
+			}
+			assert.Equal(t, 1, strings.Count(c, "t_typical"), "one table")
 		})
 	}
 }
@@ -284,7 +304,7 @@ func TestPerftestFlagLines(t *testing.T) {
 		{[]string{"bw", "--bogus"}, "flag provided but not defined: -bogus\nusage: roce-emu bw [flags] [HOST]; roce-emu bw -h lists the flags\n"},
 		{[]string{"bw", "--run_infinitely"}, "roce-emu bw: --run_infinitely is not supported yet; -D SECONDS runs for a given time\n"},
 		{[]string{"lat", "-b", "-o", "write"}, "roce-emu lat: -b: bidirectional is built for bw with write, read and atomic (not lat write yet)\n"},
-		{[]string{"bw", "-o", "send", "-a"}, "roce-emu bw: -a is built for bw with write and read (not bw send yet)\n"},
+		{[]string{"bw", "-o", "send", "-D", "3"}, "roce-emu bw: -D: duration mode is built for bw with write, read and atomic (not bw send yet)\n"},
 		{[]string{"bw", "-D", "4", "-f", "2"}, "roce-emu bw: -D 4 -f 2: the duration must be more than twice the margin\n"},
 		{[]string{"bw", "-o", "atomic", "-A", "SWAP"}, "roce-emu bw: -A \"SWAP\": atomic type must be CMP_AND_SWAP or FETCH_AND_ADD\n"},
 	} {

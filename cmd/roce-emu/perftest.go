@@ -209,7 +209,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 
 	// send_bw and every latency test: one more barrier once the receives
 	// are posted, then traffic.
-	if op == qp.IBV_WR_SEND || kind == "lat" {
+	if (op == qp.IBV_WR_SEND && !f.all) || (kind == "lat" && op != qp.IBV_WR_SEND) {
 		if err := s.Barrier(ctx, "before traffic"); err != nil {
 			return err
 		}
@@ -398,40 +398,88 @@ func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string
 				}
 			}
 		}
-	case kind == "bw":
-		var res bwResult
-		var err error
-		if client {
-			res, err = r.bwClient(gbits)
-		} else {
-			res, err = r.sendBWServer(gbits)
+	default:
+		// send_bw and the latency tests: each size in turn with -a (SEND
+		// tests with a barrier before each, once the receives are
+		// posted, and send_bw with one after), one table.
+		sizes := []int{r.size}
+		if f.all {
+			sizes = nil
+			for sz := 2; sz <= perftestMaxSize; sz *= 2 {
+				sizes = append(sizes, sz)
+			}
 		}
-		if err != nil {
-			return fail(err)
-		}
-		printBW(out, r.size, r.iters*len(r.qps), gbits, res)
-	case r.op == qp.IBV_WR_RDMA_READ || isAtomic(r.op):
-		if !client {
+		if kind == "lat" && (r.op == qp.IBV_WR_RDMA_READ || isAtomic(r.op)) && !client {
 			fmt.Fprintf(out, " (the server of %s only serves its memory; the client reports)\n", program)
 			return nil
 		}
-		samples, err := r.readLat()
-		if err != nil {
-			return fail(err)
+		if kind == "bw" {
+			printBWHeader(out, gbits)
+		} else {
+			printLatHeader(out)
 		}
-		printLat(out, r.size, r.iters, samples)
-	case r.op == qp.IBV_WR_SEND:
-		samples, err := r.sendLat(client)
-		if err != nil {
-			return fail(err)
+		for i, sz := range sizes {
+			r.size, r.ref = sz, nil
+			r.sends, r.recvs = 0, 0 // the latency tests count from 0 each size
+			if f.all && r.op == qp.IBV_WR_SEND {
+				if i > 0 {
+					if err := r.repostAll(); err != nil {
+						return err
+					}
+				}
+				if err := s.Barrier(ctx, fmt.Sprintf("before SENDs of %d bytes", sz)); err != nil {
+					return err
+				}
+			}
+			if kind == "bw" {
+				var res bwResult
+				var err error
+				if client {
+					res, err = r.bwClient(gbits)
+				} else {
+					res, err = r.sendBWServer(gbits)
+				}
+				if err != nil {
+					return fail(fmt.Errorf("size %d: %v", sz, err))
+				}
+				printBWLine(out, sz, r.iters*len(r.qps), gbits, res)
+				if f.all {
+					if err := s.Barrier(ctx, fmt.Sprintf("after SENDs of %d bytes", sz)); err != nil {
+						return err
+					}
+				}
+				continue
+			}
+			var samples []time.Duration
+			var err error
+			switch r.op {
+			case qp.IBV_WR_SEND:
+				samples, err = r.sendLat(client)
+			case qp.IBV_WR_RDMA_WRITE:
+				samples, err = r.writeLat(!client)
+			default:
+				samples, err = r.readLat()
+			}
+			if err != nil {
+				return fail(fmt.Errorf("size %d: %v%s", sz, err, r.remoteAccessHint()))
+			}
+			printLatLine(out, sz, r.iters, samples)
 		}
-		printLat(out, r.size, r.iters, samples)
-	default:
-		samples, err := r.writeLat(!client)
-		if err != nil {
-			return fail(err)
+		fmt.Fprintln(out, perfRule)
+	}
+	return nil
+}
+
+// repostAll starts a new size of a SEND test with -a: each QP's receives
+// posted again (ctx_set_recv_wqes).
+func (r *perftestTraffic) repostAll() error {
+	for qi, pq := range r.qps {
+		pq.rxPosted = 0
+		for ; pq.rxPosted < r.rxDepth; pq.rxPosted++ {
+			if err := pq.q.PostRecv(r.recvWR(qi, pq.rxPosted)); err != nil {
+				return err
+			}
 		}
-		printLat(out, r.size, r.iters, samples)
 	}
 	return nil
 }
