@@ -1,11 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -35,6 +37,8 @@ type perfFlags struct {
 	rdmaCMz    bool // -z
 	infinite   bool // --run_infinitely
 	gbits      bool
+	outJSON    bool
+	jsonFile   string
 	timeout    time.Duration
 	perftest   bool
 	noEffect   []string // perftest flags given that change nothing here, with why
@@ -125,6 +129,8 @@ func (f *perfFlags) register(fs *flag.FlagSet, kind string) {
 	fs.BoolVar(&f.rdmaCMz, "z", false, "rdma_cm for the address exchange (not supported yet)")
 	fs.BoolVar(&f.infinite, "run_infinitely", false, "run until stopped, reporting every few seconds (not supported yet)")
 	fs.BoolVar(&f.gbits, "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
+	fs.BoolVar(&f.outJSON, "out_json", false, "also write the test's parameters and last result to --out_json_file, with perftest's keys")
+	fs.StringVar(&f.jsonFile, "out_json_file", "perftest_out.json", "the `file` --out_json writes (perftest's default name)")
 	fs.DurationVar(&f.timeout, "timeout", 120*time.Second, "give up when the run takes longer than this")
 	fs.BoolVar(&f.perftest, "perftest", true, "accepted for compatibility: bw and lat always speak perftest 6.06's out-of-band protocol")
 	for _, ne := range perftestNoEffect {
@@ -182,6 +188,8 @@ func (f *perfFlags) check(kind string, sizeSet bool) (qp.WROpcode, qp.MTU, error
 		return 0, 0, fmt.Errorf("-r %d: rx depth must be 1 to 4096", f.rxDepth)
 	case f.qps < 1 || f.qps > perftestMaxQPs:
 		return 0, 0, fmt.Errorf("-q %d: QPs must be 1 to %d", f.qps, perftestMaxQPs)
+	case f.iters*f.qps > 100_000_000:
+		return 0, 0, fmt.Errorf("-n %d -q %d: iterations times QPs must be at most 10^8", f.iters, f.qps)
 	case f.qps > 1 && kind == "lat":
 		return 0, 0, fmt.Errorf("-q %d: perftest's latency tests run one QP; -q is for bw", f.qps)
 	case f.port < 1 || f.port > 65535:
@@ -362,13 +370,20 @@ func printLatHeader(out io.Writer) {
 	fmt.Fprintln(out, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]")
 }
 
-// printLatLine prints the line of printLat.
-func printLatLine(out io.Writer, size, iters int, samples []time.Duration) {
-	if len(samples) == 0 {
-		// perftest's latency samples are the gaps between iterations.
-		fmt.Fprintf(out, " %d iteration(s) give no latency sample between them; use -n 2 or more\n", iters)
-		return
-	}
+// latStats are a latency report's figures in microseconds, as perftest's
+// print_report_lat computes them: sorted samples without the
+// latMeasureTail largest, the median of what is left as t_typical.
+type latStats struct {
+	Min     float64 `json:"t_min"`
+	Max     float64 `json:"t_max"`
+	Typical float64 `json:"t_typical"`
+	Avg     float64 `json:"t_avg"`
+	Stdev   float64 `json:"t_stdev"`
+	P99     float64 `json:"percentile_99"`
+	P999    float64 `json:"percentile_99.9"`
+}
+
+func newLatStats(samples []time.Duration) latStats {
 	samples = slices.Clone(samples)
 	slices.Sort(samples)
 	if len(samples) > 2*latMeasureTail {
@@ -390,6 +405,96 @@ func printLatLine(out io.Writer, size, iters int, samples []time.Duration) {
 	pct := func(p float64) float64 {
 		return us(samples[max(0, min(len(samples)-1, int(math.Ceil(p*float64(len(samples))))-1))])
 	}
+	return latStats{Min: us(samples[0]), Max: us(samples[len(samples)-1]), Typical: us(median), Avg: mean,
+		Stdev: math.Sqrt(sq / float64(len(samples))), P99: pct(0.99), P999: pct(0.999)}
+}
+
+// printLatLine prints the line of printLat.
+func printLatLine(out io.Writer, size, iters int, samples []time.Duration) {
+	if len(samples) == 0 {
+		// perftest's latency samples are the gaps between iterations.
+		fmt.Fprintf(out, " %d iteration(s) give no latency sample between them; use -n 2 or more\n", iters)
+		return
+	}
+	l := newLatStats(samples)
 	fmt.Fprintf(out, " %-7d %-10d      %-14.2f %-12.2f %-18.2f %-14.2f %-15.2f %-22.2f %.2f\n", size, iters,
-		us(samples[0]), us(samples[len(samples)-1]), us(median), mean, math.Sqrt(sq/float64(len(samples))), pct(0.99), pct(0.999))
+		l.Min, l.Max, l.Typical, l.Avg, l.Stdev, l.P99, l.P999)
+}
+
+// perfJSON is --out_json's file: perftest's test_info and results keys
+// (write_test_info_to_file, REPORT_FMT_JSON, REPORT_FMT_LAT_JSON in
+// perftest_parameters.c), written as valid JSON (perftest leaves its keys
+// unquoted). Like perftest's, it holds the last result of the run.
+type perfJSON struct {
+	Info    perfJSONInfo `json:"test_info"`
+	Results any          `json:"results,omitempty"`
+}
+
+type perfJSONInfo struct {
+	Test           string `json:"test"`
+	DualPort       string `json:"Dual_port"`
+	Device         string `json:"Device"`
+	NumberOfQPs    int    `json:"Number_of_qps"`
+	TransportType  string `json:"Transport_type"`
+	ConnectionType string `json:"Connection_type"`
+	UsingSRQ       string `json:"Using_SRQ"`
+	TXDepth        int    `json:"TX_depth,omitempty"`
+	RXDepth        int    `json:"RX_depth,omitempty"`
+	Mtu            int    `json:"Mtu"`
+	LinkType       string `json:"Link_type"`
+	OutstandReads  int    `json:"Outstand_reads,omitempty"`
+	RdmaCMQPs      string `json:"rdma_cm_QPs"`
+	DataExMethod   string `json:"Data_ex_method"`
+}
+
+type perfJSONBW struct {
+	MsgSize int     `json:"MsgSize"`
+	Iters   int     `json:"n_iterations"`
+	Peak    float64 `json:"BW_peak"`
+	Avg     float64 `json:"BW_average"`
+	MsgRate float64 `json:"MsgRate"`
+}
+
+type perfJSONLat struct {
+	MsgSize int `json:"MsgSize"`
+	Iters   int `json:"n_iterations"`
+	latStats
+}
+
+// round is %.Nf's rounding, for JSON numbers that say what the table says.
+func round(x float64, decimals int) float64 {
+	p := math.Pow(10, float64(decimals))
+	return math.Round(x*p) / p
+}
+
+func (j *perfJSON) noteBW(size, iters int, gbits bool, r bwResult) {
+	d := 2
+	if gbits && r.avg < 0.1 {
+		d = 6
+	}
+	j.Results = perfJSONBW{MsgSize: size, Iters: iters, Peak: round(r.peak, d), Avg: round(r.avg, d), MsgRate: round(r.mpps, 6)}
+}
+
+func (j *perfJSON) noteLat(size, iters int, samples []time.Duration) {
+	if len(samples) == 0 {
+		return
+	}
+	l := newLatStats(samples)
+	for _, v := range []*float64{&l.Min, &l.Max, &l.Typical, &l.Avg, &l.Stdev, &l.P99, &l.P999} {
+		*v = round(*v, 2)
+	}
+	j.Results = perfJSONLat{MsgSize: size, Iters: iters, latStats: l}
+}
+
+// write writes the file; a run with nothing to report (ib_read_lat's
+// server) writes test_info only, as perftest writes nothing there.
+func (j *perfJSON) write(name string) error {
+	b, err := json.MarshalIndent(j, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(name, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("--out_json_file: %v", err)
+	}
+	return nil
 }

@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -317,4 +320,54 @@ func TestPerftestFlagLines(t *testing.T) {
 	e.Reset()
 	assert.Equal(t, 0, run([]string{"bw", "-h"}, &o, &e))
 	assert.Contains(t, e.String(), "-q int")
+}
+
+// --out_json writes perftest's keys, as valid JSON, with the figures the
+// table shows: the client's own, and the server of write_bw the client's.
+func TestPerfOutJSON(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		kind string
+		args []string
+		test string
+	}{
+		{"bw", []string{"-o", "write", "-s", "4096", "-n", "50", "-q", "2"}, "RDMA_Write_BW_Test"},
+		{"bw", []string{"-o", "atomic", "-A", "CMP_AND_SWAP", "-n", "50", "-b"}, "Atomic_CMP_AND_SWAP_Bidirectional_BW_Test"},
+		{"lat", []string{"-o", "send", "-n", "50"}, "Send_Latency_Test"},
+	} {
+		t.Run(c.test, func(t *testing.T) {
+			file := filepath.Join(dir, c.test+".json")
+			// Both sides write the file (the same name here): it holds
+			// one side's figures, whole.
+			cl, sv := runPerfPair(t, c.kind, append(c.args, "--out_json", "--out_json_file", file)...)
+			b, err := os.ReadFile(file)
+			require.NoError(t, err)
+			var j map[string]map[string]any
+			require.NoError(t, json.Unmarshal(b, &j), string(b))
+			assert.Equal(t, c.test, j["test_info"]["test"])
+			assert.Equal(t, "RC", j["test_info"]["Connection_type"])
+			res := j["results"]
+			require.NotNil(t, res, string(b))
+			re := regexp.MustCompile(`(?m)^ ([0-9]+) +([0-9]+) +([0-9.]+) +([0-9.]+) +([0-9.]+)`)
+			var fromJSON string
+			if c.kind == "bw" {
+				fromJSON = fmt.Sprintf("%v %v %.2f %.6f", res["MsgSize"], res["n_iterations"], res["BW_average"], res["MsgRate"])
+			} else {
+				fromJSON = fmt.Sprintf("%v %v %.2f %.2f", res["MsgSize"], res["n_iterations"], res["t_min"], res["t_max"])
+				assert.Contains(t, res, "percentile_99.9")
+			}
+			var printed []string
+			for _, out := range []string{cl, sv} {
+				if l := re.FindStringSubmatch(out); l != nil {
+					if c.kind == "bw" {
+						printed = append(printed, strings.Join([]string{l[1], l[2], l[4], l[5]}, " "))
+					} else {
+						printed = append(printed, strings.Join([]string{l[1], l[2], l[3], l[4]}, " "))
+					}
+				}
+			}
+			require.NotEmpty(t, printed)
+			assert.Contains(t, printed, fromJSON, "the file says what a side printed")
+		})
+	}
 }

@@ -11,12 +11,17 @@ package main
 //
 // The QP attributes are perftest's: RTR with the negotiated MTU, the
 // peer's QPN and PSN, max_dest_rd_atomic = own out_reads, min_rnr_timer 12,
-// hop limit 255; RTS with own PSN, timeout 14, retry_cnt 7, rnr_retry 7,
-// max_rd_atomic = the peer's out_reads. Each side registers a buffer of
-// twice max(size, cycle buffer) and advertises its second half; write and
-// read bandwidth clients walk the remote address in steps of the size
-// rounded up to the cache line, over one cycle buffer, when the size is at
-// most half of it, tx depth operations at a time (no warm-up by default).
+// hop limit 255; RTS with own PSN, timeout 14 (-u), retry_cnt 7, rnr_retry
+// 7, max_rd_atomic = the peer's out_reads. Each side registers one buffer
+// with, per QP, local slots and a region of INC(max(size, cycle buffer))
+// bytes it advertises in that QP's key string; write, read and atomic
+// bandwidth clients walk the remote address in steps of the size rounded
+// up to the cache line, over one cycle buffer, when the size is at most
+// half of it, tx depth operations per QP at a time, the QPs in turn (no
+// warm-up by default). perftest's modes: -q (QPs), -a (all sizes), -D
+// (duration), -b (duplex), atomics (-o atomic -A), as write_bw.c,
+// send_bw.c, atomic_bw.c, *_lat.c and perftest_resources.c of perftest
+// 4.5-0.17 run them.
 
 import (
 	"bytes"
@@ -231,6 +236,25 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 			return err
 		}
 	}
+	if f.outJSON {
+		test := map[qp.WROpcode]string{qp.IBV_WR_SEND: "Send", qp.IBV_WR_RDMA_WRITE: "RDMA_Write", qp.IBV_WR_RDMA_READ: "RDMA_Read"}[op]
+		if isAtomic(op) {
+			test = "Atomic_" + atomicName(op)
+		}
+		if f.bidir {
+			test += "_Bidirectional"
+		}
+		test += map[string]string{"bw": "_BW_Test", "lat": "_Latency_Test"}[kind]
+		r.json.Info = perfJSONInfo{Test: test, DualPort: "OFF", Device: "roce-emu", NumberOfQPs: len(r.qps), TransportType: "IB",
+			ConnectionType: "RC", UsingSRQ: "OFF", Mtu: curMTU.Bytes(), LinkType: "Ethernet", OutstandReads: int(outReads),
+			RdmaCMQPs: "OFF", DataExMethod: "Ethernet"}
+		if kind == "bw" {
+			r.json.Info.TXDepth, r.json.Info.RXDepth = r.depth, r.rxDepth
+		}
+		if err := r.json.write(f.jsonFile); err != nil {
+			return err
+		}
+	}
 	var sum qp.Counters
 	for i, pq := range r.qps {
 		c := pq.q.Counters()
@@ -357,6 +381,7 @@ func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string
 					return fail(err)
 				}
 				printBW(out, r.size, n, gbits, res)
+				r.json.noteBW(r.size, n, gbits, res)
 			case f.all:
 				// write_bw and read_bw with -a: each size in turn, one
 				// table; only the last size's results go to the server.
@@ -367,6 +392,7 @@ func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string
 						return fail(fmt.Errorf("size %d: %v%s", sz, err, r.remoteAccessHint()))
 					}
 					printBWLine(out, sz, n, gbits, res)
+					r.json.noteBW(sz, n, gbits, res)
 				}
 				fmt.Fprintln(out, perfRule)
 			default:
@@ -374,6 +400,7 @@ func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string
 					return fail(err)
 				}
 				printBW(out, r.size, n, gbits, res)
+				r.json.noteBW(r.size, n, gbits, res)
 			}
 		} else {
 			fmt.Fprintf(out, " (the server of %s only serves its memory; the client reports)\n", program)
@@ -392,6 +419,7 @@ func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string
 		if !client {
 			fmt.Fprintln(out, " the client's results:")
 			printBW(out, int(rem.Size), int(rem.Iters), gbits, bwResult{peak: rem.PeakBW, avg: rem.AvgBW, mpps: rem.MsgRate})
+			r.json.noteBW(int(rem.Size), int(rem.Iters), gbits, bwResult{peak: rem.PeakBW, avg: rem.AvgBW, mpps: rem.MsgRate})
 			if isAtomic(r.op) {
 				if err := r.checkAtomicRegion(rem.Iters, f.duration > 0, out); err != nil {
 					return err
@@ -443,6 +471,7 @@ func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string
 					return fail(fmt.Errorf("size %d: %v", sz, err))
 				}
 				printBWLine(out, sz, r.iters*len(r.qps), gbits, res)
+				r.json.noteBW(sz, r.iters*len(r.qps), gbits, res)
 				if f.all {
 					if err := s.Barrier(ctx, fmt.Sprintf("after SENDs of %d bytes", sz)); err != nil {
 						return err
@@ -464,6 +493,7 @@ func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string
 				return fail(fmt.Errorf("size %d: %v%s", sz, err, r.remoteAccessHint()))
 			}
 			printLatLine(out, sz, r.iters, samples)
+			r.json.noteLat(sz, r.iters, samples)
 		}
 		fmt.Fprintln(out, perfRule)
 	}
@@ -530,6 +560,7 @@ func (r *perftestTraffic) bidirBW(ctx context.Context, s *oob.Perftest, f *perfF
 			return err
 		}
 		printBWLine(out, sz, n, f.gbits, bwResult{peak: res.peak + rem.PeakBW, avg: res.avg + rem.AvgBW, mpps: res.mpps + rem.MsgRate})
+		r.json.noteBW(sz, n, f.gbits, bwResult{peak: res.peak + rem.PeakBW, avg: res.avg + rem.AvgBW, mpps: res.mpps + rem.MsgRate})
 	}
 	fmt.Fprintln(out, perfRule)
 	if isAtomic(r.op) {
@@ -685,6 +716,7 @@ type perftestTraffic struct {
 	sends, recvs         int         // completions seen (latency tests)
 	atomicInit           []byte      // an atomic server's advertised regions before the test
 	failed               qp.WCStatus // the status of the first failed completion
+	json                 perfJSON    // --out_json's file
 	// READ data check: the first READ from each remote offset, and how many
 	// READs were compared.
 	ref     map[int][]byte
