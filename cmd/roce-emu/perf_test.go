@@ -161,6 +161,9 @@ func TestBWAllSizes(t *testing.T) {
 				}
 			}
 			assert.Regexp(t, `\n 8388608 +4 +[0-9.]+ +[0-9.]+ +[0-9.]+\n`, s)
+			if op == "read" {
+				assert.Contains(t, c, "data check: 92 READs of sizes 2 to 8388608 bytes")
+			}
 		})
 	}
 }

@@ -226,6 +226,9 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	case r.checked > 0 && isAtomic(op):
 		fmt.Fprintf(out, " data check: %d %ss at %d offsets of the peer's buffer each found what the one before at the same offset left (each landing buffer poisoned first)\n",
 			r.checked, atomicName(op), len(r.ref))
+	case r.checked > 0 && f.all:
+		fmt.Fprintf(out, " data check: %d READs of sizes 2 to %d bytes, each as the first READ of its size from the same offset of the peer's buffer, byte for byte (each landing buffer poisoned first)\n",
+			r.checked, perftestMaxSize)
 	case r.checked > 0:
 		fmt.Fprintf(out, " data check: %d READs of %d bytes from %d offsets of the peer's buffer agree byte for byte (each landing buffer poisoned first)\n",
 			r.checked, r.size, len(r.ref))
