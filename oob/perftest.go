@@ -34,9 +34,10 @@ import (
 //	             (check_mtu); both use the smaller
 //	keys         per QP, a 108-byte key string (PerftestKey); both sides
 //	             then move their QPs to RTR and RTS (ctx_connect)
-//	barriers     QP 0's key string again (ctx_hand_shake): after
-//	             connecting, after printing the addresses, and (send_bw and
-//	             every latency test) once the receives are posted
+//	barriers     a key string again (ctx_hand_shake): once per QP, each
+//	             QP's (BarrierEach), after connecting; QP 0's (Barrier)
+//	             after printing the addresses, and (send_bw and every
+//	             latency test) once the receives are posted
 //	results      write_bw and read_bw, after a barrier when the client is
 //	             done: message size and iterations, 8 bytes big-endian each
 //	             (iterations 4 bytes before 5.33), then three big-endian
@@ -361,6 +362,27 @@ func (s *Perftest) Barrier(ctx context.Context, what string) error {
 	return nil
 }
 
+// BarrierEach is ctx_hand_shake once per QP, in QP order, each with that
+// QP's key string, as perftest's bandwidth tests do with -q N after
+// connecting (perftest overwrites its copy of the peer's key i with what
+// comes back, so each must be QP i's). what names the barrier in errors.
+// Every message the peer sends must be a key string.
+func (s *Perftest) BarrierEach(ctx context.Context, what string) error {
+	if s.keys == nil {
+		return fmt.Errorf("%w: perftest barrier (%s) before the key exchange", ErrState, what)
+	}
+	for i, k := range s.keys {
+		rem, err := s.xchg(ctx, fmt.Sprintf("barrier (%s, QP %d)", what, i), k)
+		if err != nil {
+			return err
+		}
+		if _, err := ParsePerftestKey(rem); err != nil {
+			return fmt.Errorf("perftest barrier (%s, QP %d): %w", what, i, err)
+		}
+	}
+	return nil
+}
+
 // BWReports is xchg_bw_reports: each side sends its report, and the
 // peer's comes back. perftest's server sends whatever its report holds
 // (it does not measure in write and read tests); the server prints the
@@ -435,6 +457,11 @@ func (s *Perftest) Done(ctx context.Context) error {
 	}
 	release, err := bind(ctx, s.conn)
 	if err != nil {
+		if !s.client && errors.Is(err, io.ErrClosedPipe) {
+			// The client has closed already (a net.Pipe refuses deadlines
+			// then): closing instead of saying done is fine, as below.
+			return nil
+		}
 		return fmt.Errorf("perftest done: %w", err)
 	}
 	defer release()

@@ -10,10 +10,12 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/roce-emu/roce-emu/bth"
 	"github.com/roce-emu/roce-emu/internal/testenv"
 	"github.com/roce-emu/roce-emu/internal/transcript"
 	"github.com/roce-emu/roce-emu/qp"
@@ -535,4 +537,58 @@ func FuzzPerftestServer(f *testing.F) {
 			t.Fatalf("a peer that closed made the session wait for the deadline: %v", err)
 		}
 	})
+}
+
+// rxe's ib_write_bw -q 4 client (testdata/rxe-ib_write_bw-q4-client.txt):
+// our server reads its four key strings, one per QP, answers each with
+// one of its own, then takes the barriers as perftest sends them, one per
+// QP with that QP's key string and one with QP 0's.
+func TestPerftestServerAgainstRxeQ4Client(t *testing.T) {
+	rec, err := transcript.ReadHex(filepath.Join("testdata", "rxe-ib_write_bw-q4-client.txt"))
+	require.NoError(t, err)
+	require.Len(t, rec, 9, "version, cycle buffer, cache line, MTU, 4 keys, the first barrier")
+	require.Equal(t, rec[4].Data, rec[8].Data, "the first barrier repeats QP 0's key")
+	// perftest's barriers after connecting: QP i's key for each QP (the
+	// first recorded), then QP 0's.
+	client := append(slices.Clone(rec), rec[5], rec[6], rec[7], rec[4])
+	var msgs []transcript.Msg
+	for _, m := range client {
+		msgs = append(msgs, m, transcript.Msg{Data: m.Data})
+	}
+	ctx := ctxT(t, 5*time.Second)
+	a, b := net.Pipe()
+	defer a.Close()
+	wait := replay(ctx, b, msgs, false)
+	s := NewPerftestServer(a)
+	_, err = s.Versions(ctx)
+	require.NoError(t, err)
+	_, err = s.SysData(ctx, SysData{DefaultCycleBuffer, DefaultCacheLine})
+	require.NoError(t, err)
+	mtu, err := s.MTU(ctx, qp.IBV_MTU_1024)
+	require.NoError(t, err)
+	assert.Equal(t, qp.IBV_MTU_1024, mtu, "rxe offers 4096 (\"5\"), we 1024")
+	var mine []PerftestKey
+	for i := range 4 {
+		mine = append(mine, PerftestKey{OutReads: 1, QPN: uint32(0x11 + i), PSN: bth.PSN(i), RKey: 0x130, VA: 0x7f0000064000 + uint64(i)*0x10000, GID: netip.MustParseAddr("192.0.2.1")})
+	}
+	rem, err := s.Keys(ctx, mine)
+	require.NoError(t, err)
+	require.Len(t, rem, 4)
+	for i, k := range rem {
+		assert.Equal(t, PerftestKey{OutReads: 1, QPN: uint32(0x36 + i), PSN: k.PSN, RKey: 0x27de, VA: 0x7fb978f3b000 + uint64(i)*0x10000, GID: netip.MustParseAddr("192.0.2.2")}, k,
+			"QP %d: its own QPN and region, 64 KiB apart (perftest's BUFF_SIZE)", i)
+	}
+	assert.Equal(t, []bth.PSN{0x76acba, 0xf6111c, 0x65f236, 0xf3444d}, []bth.PSN{rem[0].PSN, rem[1].PSN, rem[2].PSN, rem[3].PSN})
+	require.NoError(t, s.BarrierEach(ctx, "after connecting"))
+	require.NoError(t, s.Barrier(ctx, "addresses printed"))
+	replies, err := wait()
+	require.NoError(t, err)
+	require.Len(t, replies, 13)
+	for i := range 4 {
+		k, err := ParsePerftestKey(replies[4+i])
+		require.NoError(t, err)
+		assert.Equal(t, mine[i], k, "key string of QP %d", i)
+		assert.Equal(t, replies[4+i], replies[8+i], "barrier %d carries QP %d's key", i, i)
+	}
+	assert.Equal(t, replies[4], replies[12], "the last barrier carries QP 0's key")
 }

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/roce-emu/roce-emu/qp"
@@ -13,15 +17,85 @@ import (
 
 type perfFlags struct {
 	netFlags
-	op       string
-	size     int
-	iters    int
-	port     int
-	mtu      int
-	txDepth  int
-	gbits    bool
-	timeout  time.Duration
-	perftest bool
+	op         string
+	atomicType string // -A: CMP_AND_SWAP or FETCH_AND_ADD
+	size       int
+	iters      int
+	port       int
+	mtu        int
+	txDepth    int
+	rxDepth    int
+	qps        int  // -q
+	all        bool // -a
+	duration   int  // -D, seconds; 0: -n iterations
+	margin     int  // -f, seconds; -1: a quarter of -D
+	noPeak     bool // -N
+	bidir      bool // -b
+	connType   string
+	qpTimeout  int
+	rdmaCM     bool // -R
+	rdmaCMz    bool // -z
+	infinite   bool // --run_infinitely
+	gbits      bool
+	outJSON    bool
+	jsonFile   string
+	timeout    time.Duration
+	perftest   bool
+	noEffect   []string // perftest flags given that change nothing here, with why
+}
+
+// perftestNoEffect are perftest's flags that have no meaning for
+// roce-emu: accepted, and each one given is named with the reason in one
+// line on stderr.
+var perftestNoEffect = []struct {
+	name    string
+	isBool  bool
+	usage   string
+	reasons string
+}{
+	{"d", false, "RDMA `device` (perftest's -d)", "roce-emu has no RDMA device: --bind picks the address it sends from"},
+	{"ib-dev", false, "RDMA `device` (perftest's --ib-dev)", "roce-emu has no RDMA device: --bind picks the address it sends from"},
+	{"i", false, "device `port` (perftest's -i)", "roce-emu has one port: --bind and --udp-port"},
+	{"ib-port", false, "device `port` (perftest's --ib-port)", "roce-emu has one port: --bind and --udp-port"},
+	{"x", false, "GID `index` (perftest's -x)", "roce-emu's GID is --bind's address"},
+	{"gid-index", false, "GID `index` (perftest's --gid-index)", "roce-emu's GID is --bind's address"},
+	{"F", true, "do not fail on CPU frequency differences (perftest's -F)", "roce-emu times with the monotonic clock, not CPU cycles"},
+	{"CPU-freq", true, "perftest's --CPU-freq", "roce-emu times with the monotonic clock, not CPU cycles"},
+	{"T", false, "traffic `class` (perftest's -T)", "roce-emu sends with traffic class 0 (no per-QP traffic class yet)"},
+	{"tclass", false, "traffic `class` (perftest's --tclass)", "roce-emu sends with traffic class 0 (no per-QP traffic class yet)"},
+	{"S", false, "service `level` (perftest's -S)", "RoCEv2 carries no service level on the wire"},
+	{"e", true, "wait for completions with events (perftest's -e)", "roce-emu always waits for completions without spinning"},
+	{"I", false, "inline `size` (perftest's -I)", "roce-emu has no inline sends: payloads are copied when posted either way"},
+	{"Q", false, "CQ moderation (perftest's -Q)", "roce-emu signals every work request"},
+	{"l", false, "post list (perftest's -l)", "roce-emu posts work requests one at a time"},
+	{"ipv6", true, "perftest's --ipv6", "the IP version follows --bind"},
+	{"use_hugepages", true, "perftest's --use_hugepages", "roce-emu's buffers are Go memory"},
+	{"cpu_util", true, "perftest's --cpu_util", "roce-emu does not report CPU use"},
+	{"mr_per_qp", true, "perftest's --mr_per_qp", "roce-emu registers one MR over every QP's region; the peer uses the keys it is sent either way"},
+	{"dont_xchg_versions", true, "perftest's --dont_xchg_versions", "roce-emu always exchanges versions, as perftest 6.06 does unless told"},
+}
+
+// noEffectFlag records that one of perftestNoEffect was given.
+type noEffectFlag struct {
+	f      *perfFlags
+	name   string
+	isBool bool
+	why    string
+}
+
+func (n *noEffectFlag) String() string   { return "" }
+func (n *noEffectFlag) IsBoolFlag() bool { return n.isBool }
+func (n *noEffectFlag) Set(v string) error {
+	arg := " " + v
+	if n.isBool {
+		arg = ""
+	}
+	dash := "-"
+	if len(n.name) > 1 {
+		dash = "--" // as perftest's long options are typed
+	}
+	n.f.noEffect = append(n.f.noEffect, fmt.Sprintf("%s%s%s accepted, no effect: %s", dash, n.name, arg, n.why))
+	return nil
 }
 
 func (f *perfFlags) register(fs *flag.FlagSet, kind string) {
@@ -30,22 +104,47 @@ func (f *perfFlags) register(fs *flag.FlagSet, kind string) {
 	if kind == "lat" {
 		def = "send"
 	}
-	fs.StringVar(&f.op, "o", def, "operation: send, write or read")
+	fs.StringVar(&f.op, "o", def, "operation: send, write, read or atomic (ib_atomic_"+kind+")")
+	fs.StringVar(&f.atomicType, "A", "FETCH_AND_ADD", "atomic `type` for -o atomic: CMP_AND_SWAP or FETCH_AND_ADD")
+	fs.StringVar(&f.atomicType, "atomic_type", "FETCH_AND_ADD", "atomic `type` for -o atomic (as -A)")
 	fs.IntVar(&f.size, "s", 65536, "message `size` in bytes")
 	if kind == "lat" {
 		fs.Lookup("s").DefValue = "2"
 		f.size = 2
 	}
-	fs.IntVar(&f.iters, "n", 1000, "number of iterations")
+	fs.IntVar(&f.iters, "n", 1000, "number of iterations (per QP)")
 	fs.IntVar(&f.port, "p", 18515, "TCP `port` of the address exchange")
 	fs.IntVar(&f.mtu, "m", 1024, "path `MTU` (256, 512, 1024, 2048 or 4096)")
-	fs.IntVar(&f.txDepth, "t", 128, "work requests kept outstanding (bw)")
+	fs.IntVar(&f.txDepth, "t", 128, "work requests kept outstanding per QP (bw)")
+	fs.IntVar(&f.rxDepth, "r", perftestRxDepth, "receives kept posted per QP (SEND tests)")
+	fs.IntVar(&f.qps, "q", 1, "number of QPs (bw); each runs -n iterations")
+	fs.BoolVar(&f.all, "a", false, "run sizes 2 to 2^23 bytes (give it to both sides: the server sizes its buffer for 8 MiB)")
+	fs.IntVar(&f.duration, "D", 0, "run for this many `seconds` instead of -n iterations (bw write, read, atomic)")
+	fs.IntVar(&f.margin, "f", -1, "with -D, `seconds` at each end left out of the measurement (default a quarter of -D)")
+	fs.BoolVar(&f.noPeak, "N", false, "do not compute the peak bandwidth (prints 0.00, as perftest)")
+	fs.BoolVar(&f.bidir, "b", false, "bidirectional: both sides run the traffic and print the sum (bw write, read, atomic; give it to both sides)")
+	fs.StringVar(&f.connType, "c", "RC", "connection `type`: RC (UC, UD, XRC, DC are not supported)")
+	fs.IntVar(&f.qpTimeout, "u", 14, "QP timeout `exponent` (4.096 us * 2^N)")
+	fs.BoolVar(&f.rdmaCM, "R", false, "connect with rdma_cm (not supported yet)")
+	fs.BoolVar(&f.rdmaCMz, "z", false, "rdma_cm for the address exchange (not supported yet)")
+	fs.BoolVar(&f.infinite, "run_infinitely", false, "run until stopped, reporting every few seconds (not supported yet)")
 	fs.BoolVar(&f.gbits, "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
+	fs.BoolVar(&f.outJSON, "out_json", false, "also write the test's parameters and last result to --out_json_file, with perftest's keys")
+	fs.StringVar(&f.jsonFile, "out_json_file", "perftest_out.json", "the `file` --out_json writes (perftest's default name)")
 	fs.DurationVar(&f.timeout, "timeout", 120*time.Second, "give up when the run takes longer than this")
 	fs.BoolVar(&f.perftest, "perftest", true, "accepted for compatibility: bw and lat always speak perftest 6.06's out-of-band protocol")
+	for _, ne := range perftestNoEffect {
+		fs.Var(&noEffectFlag{f: f, name: ne.name, isBool: ne.isBool, why: ne.reasons}, ne.name, ne.usage+" (accepted, no effect)")
+	}
 }
 
-func (f *perfFlags) check() (qp.WROpcode, qp.MTU, error) {
+// atomicSize is the only size of perftest's atomic tests (DEF_SIZE_ATOMIC).
+const atomicSize = 8
+
+// perftestMaxSize is the largest size of -a (perftest's MAX_SIZE).
+const perftestMaxSize = 1 << 23
+
+func (f *perfFlags) check(kind string, sizeSet bool) (qp.WROpcode, qp.MTU, error) {
 	var op qp.WROpcode
 	switch f.op {
 	case "send":
@@ -54,18 +153,65 @@ func (f *perfFlags) check() (qp.WROpcode, qp.MTU, error) {
 		op = qp.IBV_WR_RDMA_WRITE
 	case "read":
 		op = qp.IBV_WR_RDMA_READ
+	case "atomic":
+		switch strings.ToUpper(f.atomicType) {
+		case "FETCH_AND_ADD":
+			op = qp.IBV_WR_ATOMIC_FETCH_AND_ADD
+		case "CMP_AND_SWAP":
+			op = qp.IBV_WR_ATOMIC_CMP_AND_SWP
+		default:
+			return 0, 0, fmt.Errorf("-A %q: atomic type must be CMP_AND_SWAP or FETCH_AND_ADD", f.atomicType)
+		}
+		if sizeSet && f.size != atomicSize {
+			return 0, 0, fmt.Errorf("-s %d: the size of atomic tests is %d bytes, as perftest's (\"Message size cannot be changed for Atomic tests\")", f.size, atomicSize)
+		}
+		f.size = atomicSize
 	default:
-		return 0, 0, fmt.Errorf("-o %q: operation must be send, write or read", f.op)
+		return 0, 0, fmt.Errorf("-o %q: operation must be send, write, read or atomic", f.op)
 	}
 	switch {
+	case f.rdmaCM || f.rdmaCMz:
+		return 0, 0, errors.New("-R/-z: connecting with rdma_cm is not supported yet; run both sides without it (perftest's TCP exchange)")
+	case f.bidir && (kind == "lat" || op == qp.IBV_WR_SEND):
+		return 0, 0, fmt.Errorf("-b: bidirectional is built for bw with write, read and atomic (not %s %s yet)", kind, f.op)
+	case f.infinite:
+		return 0, 0, errors.New("--run_infinitely is not supported yet; -D SECONDS runs for a given time")
+	case !strings.EqualFold(f.connType, "RC"):
+		return 0, 0, fmt.Errorf("-c %s: roce-emu runs RC only (UC, UD, XRC and DC are not supported yet)", f.connType)
 	case f.size < 1 || f.size > 1<<30:
 		return 0, 0, fmt.Errorf("-s %d: size must be 1 byte to 1 GiB", f.size)
 	case f.iters < 1 || f.iters > 100_000_000:
 		return 0, 0, fmt.Errorf("-n %d: iterations must be 1 to 10^8", f.iters)
 	case f.txDepth < 1 || f.txDepth > 4096:
 		return 0, 0, fmt.Errorf("-t %d: tx depth must be 1 to 4096", f.txDepth)
+	case f.rxDepth < 1 || f.rxDepth > 4096:
+		return 0, 0, fmt.Errorf("-r %d: rx depth must be 1 to 4096", f.rxDepth)
+	case f.qps < 1 || f.qps > perftestMaxQPs:
+		return 0, 0, fmt.Errorf("-q %d: QPs must be 1 to %d", f.qps, perftestMaxQPs)
+	case f.iters*f.qps > 100_000_000:
+		return 0, 0, fmt.Errorf("-n %d -q %d: iterations times QPs must be at most 10^8", f.iters, f.qps)
+	case f.qps > 1 && kind == "lat":
+		return 0, 0, fmt.Errorf("-q %d: perftest's latency tests run one QP; -q is for bw", f.qps)
 	case f.port < 1 || f.port > 65535:
 		return 0, 0, fmt.Errorf("-p %d: TCP port must be 1-65535", f.port)
+	case f.qpTimeout < 0 || f.qpTimeout > 31:
+		return 0, 0, fmt.Errorf("-u %d: QP timeout must be 0 to 31", f.qpTimeout)
+	case f.duration < 0 || f.duration > 24*3600:
+		return 0, 0, fmt.Errorf("-D %d: duration must be 1 second to a day", f.duration)
+	case f.duration > 0 && (kind == "lat" || op == qp.IBV_WR_SEND):
+		return 0, 0, fmt.Errorf("-D: duration mode is built for bw with write, read and atomic (not %s %s yet)", kind, f.op)
+	case f.duration > 0 && f.all:
+		return 0, 0, errors.New("-D with -a: perftest's \"Duration mode currently doesn't support running on all sizes\"")
+	case f.all && f.op == "atomic":
+		return 0, 0, errors.New("-a: atomic tests have one size (8 bytes), as perftest's")
+	}
+	if f.duration > 0 {
+		if f.margin < 0 {
+			f.margin = f.duration / 4
+		}
+		if f.duration <= 2*f.margin {
+			return 0, 0, fmt.Errorf("-D %d -f %d: the duration must be more than twice the margin", f.duration, f.margin)
+		}
 	}
 	m, err := mtuFlag(f.mtu)
 	if err == nil {
@@ -82,7 +228,7 @@ func runPerf(kind string, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var f perfFlags
 	f.register(fs, kind)
-	fs.Usage = func() {
+	usage := func() {
 		fmt.Fprintf(stderr, "usage: roce-emu %s [flags] [HOST]\n\n", kind)
 		if kind == "bw" {
 			fmt.Fprintln(stderr, "perftest's bandwidth tests: without HOST, wait as the server; with HOST, connect")
@@ -94,25 +240,58 @@ func runPerf(kind string, args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintln(stderr, "roce-emu speaks perftest 6.06's out-of-band protocol (Debian 12's perftest: version,")
 		fmt.Fprintln(stderr, "cycle buffer, MTU, key strings, barriers, results) with another roce-emu or with")
-		fmt.Fprintf(stderr, "ib_send_%s, ib_write_%s and ib_read_%s, as client or server (on RoCE perftest\n", kind, kind, kind)
+		fmt.Fprintf(stderr, "ib_send_%s, ib_write_%s, ib_read_%s and ib_atomic_%s (-o atomic), as client or server (on RoCE perftest\n", kind, kind, kind, kind)
 		fmt.Fprintln(stderr, "needs -x GID_INDEX, e.g. ib_write_bw -d rxe0 -x 1 HOST). --perftest, once needed for")
 		fmt.Fprintln(stderr, "that, is accepted and changes nothing.")
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+	// A bad flag gets the flag package's line and one more, not the
+	// whole list; -h gets the list.
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: roce-emu %s [flags] [HOST]; roce-emu %s -h lists the flags\n", kind, kind)
 	}
-	if fs.NArg() > 1 {
-		fmt.Fprintf(stderr, "roce-emu %s: unexpected argument %q\n", kind, fs.Arg(1))
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "-help" || a == "--help" || a == "--h" {
+			usage()
+			return 0
+		}
+	}
+	// Flags may come before and after the host, as perftest's getopt
+	// takes them.
+	var pos []string
+	for {
+		if code, ok := parseFlags(fs, args); !ok {
+			return code
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(pos) > 1 {
+		fmt.Fprintf(stderr, "roce-emu %s: unexpected argument %q\n", kind, pos[1])
 		return 2
 	}
-	op, mtu, err := f.check()
+	host := ""
+	if len(pos) == 1 {
+		host = pos[0]
+	}
+	sizeSet := false
+	fs.Visit(func(fl *flag.Flag) { sizeSet = sizeSet || fl.Name == "s" })
+	op, mtu, err := f.check(kind, sizeSet)
 	if err != nil {
 		fmt.Fprintf(stderr, "roce-emu %s: %v\n", kind, err)
 		return 2
 	}
-	if err := perftestRun(kind, fs.Arg(0), op, mtu, &f, stdout); err != nil {
+	for _, l := range f.noEffect {
+		fmt.Fprintf(stderr, "roce-emu %s: %s\n", kind, l)
+	}
+	if err := perftestRun(kind, host, op, mtu, &f, stdout); err != nil {
 		fmt.Fprintf(stderr, "roce-emu %s: %v\n", kind, err)
 		return 1
 	}
@@ -150,13 +329,27 @@ func bwStats(size int, start time.Time, stamps []time.Time, gbits bool) bwResult
 
 // printBW prints a bandwidth result as perftest's table.
 func printBW(out io.Writer, size, iters int, gbits bool, r bwResult) {
+	printBWHeader(out, gbits)
+	printBWLine(out, size, iters, gbits, r)
+	fmt.Fprintln(out, perfRule)
+}
+
+func printBWHeader(out io.Writer, gbits bool) {
 	unit := "MB/sec"
 	if gbits {
 		unit = "Gb/sec"
 	}
 	fmt.Fprintf(out, " #bytes     #iterations    BW peak[%s]    BW average[%s]   MsgRate[Mpps]\n", unit, unit)
+}
+
+// printBWLine prints one result line. Below 0.1 Gb/sec perftest prints
+// six decimals (its inc_accuracy, REPORT_FMT_EXT); so does this.
+func printBWLine(out io.Writer, size, iters int, gbits bool, r bwResult) {
+	if gbits && r.avg < 0.1 {
+		fmt.Fprintf(out, " %-10d %-10d       %-18.6f %-20.6f %.6f\n", size, iters, r.peak, r.avg, r.mpps)
+		return
+	}
 	fmt.Fprintf(out, " %-10d %-10d       %-18.2f %-20.2f %.6f\n", size, iters, r.peak, r.avg, r.mpps)
-	fmt.Fprintln(out, perfRule)
 }
 
 // latMeasureTail is how many of the largest samples perftest leaves out
@@ -168,11 +361,29 @@ const latMeasureTail = 2
 // as t_typical. The first exchange usually carries the peer's start-up, so
 // it is among the samples dropped.
 func printLat(out io.Writer, size, iters int, samples []time.Duration) {
-	if len(samples) == 0 {
-		// perftest's latency samples are the gaps between iterations.
-		fmt.Fprintf(out, " %d iteration(s) give no latency sample between them; use -n 2 or more\n", iters)
-		return
-	}
+	printLatHeader(out)
+	printLatLine(out, size, iters, samples)
+	fmt.Fprintln(out, perfRule)
+}
+
+func printLatHeader(out io.Writer) {
+	fmt.Fprintln(out, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]")
+}
+
+// latStats are a latency report's figures in microseconds, as perftest's
+// print_report_lat computes them: sorted samples without the
+// latMeasureTail largest, the median of what is left as t_typical.
+type latStats struct {
+	Min     float64 `json:"t_min"`
+	Max     float64 `json:"t_max"`
+	Typical float64 `json:"t_typical"`
+	Avg     float64 `json:"t_avg"`
+	Stdev   float64 `json:"t_stdev"`
+	P99     float64 `json:"percentile_99"`
+	P999    float64 `json:"percentile_99.9"`
+}
+
+func newLatStats(samples []time.Duration) latStats {
 	samples = slices.Clone(samples)
 	slices.Sort(samples)
 	if len(samples) > 2*latMeasureTail {
@@ -194,8 +405,96 @@ func printLat(out io.Writer, size, iters int, samples []time.Duration) {
 	pct := func(p float64) float64 {
 		return us(samples[max(0, min(len(samples)-1, int(math.Ceil(p*float64(len(samples))))-1))])
 	}
-	fmt.Fprintln(out, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]")
+	return latStats{Min: us(samples[0]), Max: us(samples[len(samples)-1]), Typical: us(median), Avg: mean,
+		Stdev: math.Sqrt(sq / float64(len(samples))), P99: pct(0.99), P999: pct(0.999)}
+}
+
+// printLatLine prints the line of printLat.
+func printLatLine(out io.Writer, size, iters int, samples []time.Duration) {
+	if len(samples) == 0 {
+		// perftest's latency samples are the gaps between iterations.
+		fmt.Fprintf(out, " %d iteration(s) give no latency sample between them; use -n 2 or more\n", iters)
+		return
+	}
+	l := newLatStats(samples)
 	fmt.Fprintf(out, " %-7d %-10d      %-14.2f %-12.2f %-18.2f %-14.2f %-15.2f %-22.2f %.2f\n", size, iters,
-		us(samples[0]), us(samples[len(samples)-1]), us(median), mean, math.Sqrt(sq/float64(len(samples))), pct(0.99), pct(0.999))
-	fmt.Fprintln(out, perfRule)
+		l.Min, l.Max, l.Typical, l.Avg, l.Stdev, l.P99, l.P999)
+}
+
+// perfJSON is --out_json's file: perftest's test_info and results keys
+// (write_test_info_to_file, REPORT_FMT_JSON, REPORT_FMT_LAT_JSON in
+// perftest_parameters.c), written as valid JSON (perftest leaves its keys
+// unquoted). Like perftest's, it holds the last result of the run.
+type perfJSON struct {
+	Info    perfJSONInfo `json:"test_info"`
+	Results any          `json:"results,omitempty"`
+}
+
+type perfJSONInfo struct {
+	Test           string `json:"test"`
+	DualPort       string `json:"Dual_port"`
+	Device         string `json:"Device"`
+	NumberOfQPs    int    `json:"Number_of_qps"`
+	TransportType  string `json:"Transport_type"`
+	ConnectionType string `json:"Connection_type"`
+	UsingSRQ       string `json:"Using_SRQ"`
+	TXDepth        int    `json:"TX_depth,omitempty"`
+	RXDepth        int    `json:"RX_depth,omitempty"`
+	Mtu            int    `json:"Mtu"`
+	LinkType       string `json:"Link_type"`
+	OutstandReads  int    `json:"Outstand_reads,omitempty"`
+	RdmaCMQPs      string `json:"rdma_cm_QPs"`
+	DataExMethod   string `json:"Data_ex_method"`
+}
+
+type perfJSONBW struct {
+	MsgSize int     `json:"MsgSize"`
+	Iters   int     `json:"n_iterations"`
+	Peak    float64 `json:"BW_peak"`
+	Avg     float64 `json:"BW_average"`
+	MsgRate float64 `json:"MsgRate"`
+}
+
+type perfJSONLat struct {
+	MsgSize int `json:"MsgSize"`
+	Iters   int `json:"n_iterations"`
+	latStats
+}
+
+// round is %.Nf's rounding, for JSON numbers that say what the table says.
+func round(x float64, decimals int) float64 {
+	p := math.Pow(10, float64(decimals))
+	return math.Round(x*p) / p
+}
+
+func (j *perfJSON) noteBW(size, iters int, gbits bool, r bwResult) {
+	d := 2
+	if gbits && r.avg < 0.1 {
+		d = 6
+	}
+	j.Results = perfJSONBW{MsgSize: size, Iters: iters, Peak: round(r.peak, d), Avg: round(r.avg, d), MsgRate: round(r.mpps, 6)}
+}
+
+func (j *perfJSON) noteLat(size, iters int, samples []time.Duration) {
+	if len(samples) == 0 {
+		return
+	}
+	l := newLatStats(samples)
+	for _, v := range []*float64{&l.Min, &l.Max, &l.Typical, &l.Avg, &l.Stdev, &l.P99, &l.P999} {
+		*v = round(*v, 2)
+	}
+	j.Results = perfJSONLat{MsgSize: size, Iters: iters, latStats: l}
+}
+
+// write writes the file; a run with nothing to report (ib_read_lat's
+// server) writes test_info only, as perftest writes nothing there.
+func (j *perfJSON) write(name string) error {
+	b, err := json.MarshalIndent(j, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(name, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("--out_json_file: %v", err)
+	}
+	return nil
 }

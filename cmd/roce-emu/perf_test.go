@@ -2,6 +2,12 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -62,7 +68,7 @@ func TestLat(t *testing.T) {
 }
 
 func TestPerfBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"bw", "-o", "atomic"}, {"bw", "-s", "0"}, {"lat", "-n", "-1"}, {"bw", "a", "b"}, {"lat", "-m", "9000"}} {
+	for _, args := range [][]string{{"bw", "-o", "atomic", "-s", "64"}, {"bw", "-R"}, {"bw", "-q", "0"}, {"lat", "-q", "2"}, {"bw", "-c", "UD"}, {"bw", "-s", "0"}, {"lat", "-n", "-1"}, {"bw", "a", "b"}, {"lat", "-m", "9000"}} {
 		var o, e bytes.Buffer
 		assert.Equal(t, 2, run(args, &o, &e), "%v", args)
 		assert.NotEmpty(t, e.String())
@@ -92,4 +98,279 @@ func TestPrintLatLikePerftest(t *testing.T) {
 	b.Reset()
 	printLat(&b, 64, 1, nil)
 	assert.Contains(t, b.String(), "no latency sample")
+}
+
+// -q 4: four QPs each run -n operations; both sides print the total, as
+// perftest does (iterations times QPs), and every QP carried traffic.
+func TestBWMultiQP(t *testing.T) {
+	for _, op := range []string{"write", "read", "send"} {
+		t.Run(op, func(t *testing.T) {
+			c, s := runPerfPair(t, "bw", "-o", op, "-s", "4096", "-n", "50", "-q", "4")
+			assert.Regexp(t, `\n 4096 +200 +[0-9.]+ +[0-9.]+ +[0-9.]+\n`, c)
+			assert.Regexp(t, `\n 4096 +200 +[0-9.]+ +[0-9.]+ +[0-9.]+\n`, s, "the server prints the client's results, or its own receives")
+			for _, out := range []string{c, s} {
+				assert.Equal(t, 4, strings.Count(out, " local address:"), out)
+				assert.Equal(t, 4, strings.Count(out, " remote address:"), out)
+				for q := range 4 {
+					assert.Regexp(t, fmt.Sprintf(`QP %d counters: sent [1-9]`, q), out, "QP %d moved packets", q)
+				}
+			}
+		})
+	}
+}
+
+// ib_atomic_bw and ib_atomic_lat: 8-byte atomics, the client checks each
+// original value against the one before it at the same offset, the bw
+// server checks its region grew by the client's count of FETCH_AND_ADDs
+// (or, for CMP_AND_SWAP of 0 with 0, did not change).
+func TestAtomic(t *testing.T) {
+	for _, typ := range []string{"FETCH_AND_ADD", "CMP_AND_SWAP"} {
+		t.Run("bw-"+typ, func(t *testing.T) {
+			c, s := runPerfPair(t, "bw", "-o", "atomic", "-A", typ, "-n", "300", "-q", "2")
+			assert.Regexp(t, `\n 8 +600 +[0-9.]+ +[0-9.]+ +[0-9.]+\n`, c)
+			assert.Regexp(t, `\n 8 +600 +[0-9.]+ +[0-9.]+ +[0-9.]+\n`, s)
+			assert.Contains(t, c, "Atomic "+typ+" BW Test")
+			assert.Contains(t, c, "data check: 600 "+typ+"s at 128 offsets")
+			if typ == "FETCH_AND_ADD" {
+				assert.Contains(t, s, "added 600 to 128 words of the region")
+			} else {
+				assert.Contains(t, s, "left the region as it was")
+			}
+			assert.Contains(t, s, "0 SEND, 600 atomic")
+		})
+		t.Run("lat-"+typ, func(t *testing.T) {
+			c, s := runPerfPair(t, "lat", "-o", "atomic", "--atomic_type", typ, "-n", "50")
+			assert.Regexp(t, `\n 8 +50 +[0-9.]+ `, c)
+			assert.Contains(t, c, "data check: 50 ")
+			assert.Contains(t, s, "0 SEND, 50 atomic")
+		})
+	}
+}
+
+// -a runs every size from 2 to 2^23 bytes against a server started with
+// -a (its buffer sized for 8 MiB), one line each; the server prints the
+// last size's results, as perftest's does.
+func TestBWAllSizes(t *testing.T) {
+	for _, op := range []string{"write", "read", "send"} {
+		t.Run(op, func(t *testing.T) {
+			c, s := runPerfPair(t, "bw", "-o", op, "-a", "-n", "4", "-m", "4096")
+			for sz := 2; sz <= 1<<23; sz *= 2 {
+				assert.Regexp(t, fmt.Sprintf(`\n %d +4 +[0-9.]+ +[0-9.]+ +[0-9.]+\n`, sz), c)
+				if op == "send" {
+					assert.Regexp(t, fmt.Sprintf(`\n %d +4 +[0-9.]+ +[0-9.]+ +[0-9.]+\n`, sz), s, "send_bw's server reports every size")
+				}
+			}
+			assert.Regexp(t, `\n 8388608 +4 +[0-9.]+ +[0-9.]+ +[0-9.]+\n`, s)
+			if op == "read" {
+				assert.Contains(t, c, "data check: 92 READs of sizes 2 to 8388608 bytes")
+			}
+		})
+	}
+}
+
+// lat -a: one line per size from 2 bytes to 8 MiB; the ping-pongs of
+// each size start from count 0 (write polls the new last byte).
+func TestLatAllSizes(t *testing.T) {
+	for _, op := range []string{"send", "write", "read"} {
+		t.Run(op, func(t *testing.T) {
+			c, s := runPerfPair(t, "lat", "-o", op, "-a", "-n", "5", "-m", "4096")
+			for sz := 2; sz <= 1<<23; sz *= 2 {
+				assert.Regexp(t, fmt.Sprintf(`\n %d +5 +[0-9.]+ `, sz), c)
+				if op != "read" {
+					assert.Regexp(t, fmt.Sprintf(`\n %d +5 +[0-9.]+ `, sz), s)
+				}
+			}
+			assert.Equal(t, 1, strings.Count(c, "t_typical"), "one table")
+		})
+	}
+}
+
+// -D runs for the duration and reports what completed between the
+// margins, with no peak, as perftest does.
+func TestBWDuration(t *testing.T) {
+	c, s := runPerfPair(t, "bw", "-o", "write", "-s", "4096", "-D", "2", "-q", "2")
+	m := regexp.MustCompile(`\n 4096 +([0-9]+) +0\.00 +([0-9.]+) +[0-9.]+\n`).FindStringSubmatch(c)
+	require.NotNil(t, m, c)
+	assert.NotEqual(t, "0", m[1])
+	assert.Contains(t, s, strings.TrimPrefix(m[0], "\n"), "the server prints the client's")
+}
+
+// perftest's flags that mean nothing here are accepted with one line
+// each; -R is refused in one line.
+func TestPerftestFlags(t *testing.T) {
+	c, s := runPerfPair(t, "bw", "-o", "write", "-s", "4096", "-n", "10", "-d", "rxe0", "-i", "1", "-x", "1", "-F", "--tclass", "2")
+	assert.Regexp(t, `\n 4096 +10 `, c)
+	assert.Contains(t, s, "the client's results")
+	var o, e bytes.Buffer
+	assert.Equal(t, 2, run([]string{"bw", "-R", "192.0.2.2"}, &o, &e))
+	assert.Equal(t, "roce-emu bw: -R/-z: connecting with rdma_cm is not supported yet; run both sides without it (perftest's TCP exchange)\n", e.String())
+}
+
+// A client's -a against a server without it: the server's buffer holds
+// 65536 bytes, the client's first larger WRITE is refused, and both sides
+// say to give the server -a.
+func TestBWAllSizesServerWithoutA(t *testing.T) {
+	tcp, udp := freeTCPPort(t), freeUDPPort(t)
+	common := []string{"bw", "-o", "write", "-n", "2", "--udp-port", udp, "-p", tcp, "--timeout", "30s"}
+	var sout, serr bytes.Buffer
+	var scode int
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		scode = run(append(slices.Clone(common), "--bind", "127.0.0.2"), &sout, &serr)
+	}()
+	var cout, cerr bytes.Buffer
+	var ccode int
+	for try := 0; try < 50; try++ {
+		cout.Reset()
+		cerr.Reset()
+		ccode = run(append(slices.Clone(common), "-a", "--bind", "127.0.0.1", "127.0.0.1"), &cout, &cerr)
+		if !strings.Contains(cerr.String(), "cannot reach") {
+			break
+		}
+	}
+	wg.Wait()
+	assert.Equal(t, 1, ccode)
+	assert.Contains(t, cerr.String(), "size 131072: ")
+	assert.Contains(t, cerr.String(), "work completion REM_ACCESS_ERR")
+	assert.Contains(t, cerr.String(), "start it with -a too")
+	assert.Regexp(t, `\n 65536 +2 `, cout.String(), "the sizes up to the server's buffer ran")
+	assert.Equal(t, 1, scode)
+	assert.Contains(t, serr.String(), "if it runs -a, start this server with -a too")
+}
+
+// -b: both sides run the traffic and print the same sums; with -a a
+// barrier after each size; atomics check both regions.
+func TestBWBidirectional(t *testing.T) {
+	for _, c := range [][]string{
+		{"-o", "write", "-s", "4096", "-n", "100", "-q", "2"},
+		{"-o", "read", "-s", "4096", "-n", "100"},
+		{"-o", "atomic", "-n", "100"},
+		{"-o", "write", "-a", "-n", "2", "-m", "4096"},
+		{"-o", "write", "-s", "4096", "-D", "2"},
+	} {
+		t.Run(strings.Join(c, ""), func(t *testing.T) {
+			cl, sv := runPerfPair(t, "bw", append([]string{"-b"}, c...)...)
+			re := regexp.MustCompile(`(?m)^ [0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$`)
+			lines := re.FindAllString(cl, -1)
+			require.NotEmpty(t, lines, cl)
+			svLines := re.FindAllString(sv, -1)
+			if slices.Contains(c, "-D") {
+				// Each side prints its own count of measured operations.
+				strip := func(ls []string) (o []string) {
+					for _, l := range ls {
+						f := strings.Fields(l)
+						o = append(o, strings.Join(append(f[:1:1], f[2:]...), " "))
+					}
+					return o
+				}
+				lines, svLines = strip(lines), strip(svLines)
+			}
+			assert.Equal(t, lines, svLines, "both sides print the same sums")
+			if slices.Contains(c, "-a") {
+				assert.Len(t, lines, 23)
+			}
+			for _, out := range []string{cl, sv} {
+				switch {
+				case slices.Contains(c, "atomic"):
+					assert.Contains(t, out, "added 100 to 64 words")
+					assert.Contains(t, out, "0 SEND, 100 atomic")
+				case slices.Contains(c, "-D"):
+					assert.NotContains(t, out, " 0 RDMA WRITE")
+				case slices.Contains(c, "read"):
+					assert.Contains(t, out, "0 RDMA WRITE, 100 RDMA READ")
+				case slices.Contains(c, "-a"):
+					assert.Contains(t, out, " 46 RDMA WRITE")
+				default:
+					assert.Contains(t, out, " 200 RDMA WRITE")
+				}
+			}
+		})
+	}
+}
+
+// What perftest users type: each flag with no meaning here gets one line
+// saying so; a flag roce-emu does not know gets two lines, not the list;
+// modes not built are refused in one line.
+func TestPerftestFlagLines(t *testing.T) {
+	var o, e bytes.Buffer
+	code := run([]string{"bw", "-d", "rxe0", "-x", "3", "-F", "--tclass", "2", "-p", freeTCPPort(t), "--udp-port", freeUDPPort(t), "--timeout", "300ms"}, &o, &e)
+	assert.Equal(t, 1, code, "the server waited for a client that did not come")
+	assert.Equal(t, []string{
+		"roce-emu bw: -d rxe0 accepted, no effect: roce-emu has no RDMA device: --bind picks the address it sends from",
+		"roce-emu bw: -x 3 accepted, no effect: roce-emu's GID is --bind's address",
+		"roce-emu bw: -F accepted, no effect: roce-emu times with the monotonic clock, not CPU cycles",
+		"roce-emu bw: --tclass 2 accepted, no effect: roce-emu sends with traffic class 0 (no per-QP traffic class yet)",
+	}, strings.Split(e.String(), "\n")[:4])
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bw", "--bogus"}, "flag provided but not defined: -bogus\nusage: roce-emu bw [flags] [HOST]; roce-emu bw -h lists the flags\n"},
+		{[]string{"bw", "--run_infinitely"}, "roce-emu bw: --run_infinitely is not supported yet; -D SECONDS runs for a given time\n"},
+		{[]string{"lat", "-b", "-o", "write"}, "roce-emu lat: -b: bidirectional is built for bw with write, read and atomic (not lat write yet)\n"},
+		{[]string{"bw", "-o", "send", "-D", "3"}, "roce-emu bw: -D: duration mode is built for bw with write, read and atomic (not bw send yet)\n"},
+		{[]string{"bw", "-D", "4", "-f", "2"}, "roce-emu bw: -D 4 -f 2: the duration must be more than twice the margin\n"},
+		{[]string{"bw", "-o", "atomic", "-A", "SWAP"}, "roce-emu bw: -A \"SWAP\": atomic type must be CMP_AND_SWAP or FETCH_AND_ADD\n"},
+	} {
+		o.Reset()
+		e.Reset()
+		assert.Equal(t, 2, run(c.args, &o, &e), "%v", c.args)
+		assert.Equal(t, c.want, e.String(), "%v", c.args)
+	}
+	o.Reset()
+	e.Reset()
+	assert.Equal(t, 0, run([]string{"bw", "-h"}, &o, &e))
+	assert.Contains(t, e.String(), "-q int")
+}
+
+// --out_json writes perftest's keys, as valid JSON, with the figures the
+// table shows: the client's own, and the server of write_bw the client's.
+func TestPerfOutJSON(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		kind string
+		args []string
+		test string
+	}{
+		{"bw", []string{"-o", "write", "-s", "4096", "-n", "50", "-q", "2"}, "RDMA_Write_BW_Test"},
+		{"bw", []string{"-o", "atomic", "-A", "CMP_AND_SWAP", "-n", "50", "-b"}, "Atomic_CMP_AND_SWAP_Bidirectional_BW_Test"},
+		{"lat", []string{"-o", "send", "-n", "50"}, "Send_Latency_Test"},
+	} {
+		t.Run(c.test, func(t *testing.T) {
+			file := filepath.Join(dir, c.test+".json")
+			// Both sides write the file (the same name here): it holds
+			// one side's figures, whole.
+			cl, sv := runPerfPair(t, c.kind, append(c.args, "--out_json", "--out_json_file", file)...)
+			b, err := os.ReadFile(file)
+			require.NoError(t, err)
+			var j map[string]map[string]any
+			require.NoError(t, json.Unmarshal(b, &j), string(b))
+			assert.Equal(t, c.test, j["test_info"]["test"])
+			assert.Equal(t, "RC", j["test_info"]["Connection_type"])
+			res := j["results"]
+			require.NotNil(t, res, string(b))
+			re := regexp.MustCompile(`(?m)^ ([0-9]+) +([0-9]+) +([0-9.]+) +([0-9.]+) +([0-9.]+)`)
+			var fromJSON string
+			if c.kind == "bw" {
+				fromJSON = fmt.Sprintf("%v %v %.2f %.6f", res["MsgSize"], res["n_iterations"], res["BW_average"], res["MsgRate"])
+			} else {
+				fromJSON = fmt.Sprintf("%v %v %.2f %.2f", res["MsgSize"], res["n_iterations"], res["t_min"], res["t_max"])
+				assert.Contains(t, res, "percentile_99.9")
+			}
+			var printed []string
+			for _, out := range []string{cl, sv} {
+				if l := re.FindStringSubmatch(out); l != nil {
+					if c.kind == "bw" {
+						printed = append(printed, strings.Join([]string{l[1], l[2], l[4], l[5]}, " "))
+					} else {
+						printed = append(printed, strings.Join([]string{l[1], l[2], l[3], l[4]}, " "))
+					}
+				}
+			}
+			require.NotEmpty(t, printed)
+			assert.Contains(t, printed, fromJSON, "the file says what a side printed")
+		})
+	}
 }

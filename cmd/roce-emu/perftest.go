@@ -11,12 +11,17 @@ package main
 //
 // The QP attributes are perftest's: RTR with the negotiated MTU, the
 // peer's QPN and PSN, max_dest_rd_atomic = own out_reads, min_rnr_timer 12,
-// hop limit 255; RTS with own PSN, timeout 14, retry_cnt 7, rnr_retry 7,
-// max_rd_atomic = the peer's out_reads. Each side registers a buffer of
-// twice max(size, cycle buffer) and advertises its second half; write and
-// read bandwidth clients walk the remote address in steps of the size
-// rounded up to the cache line, over one cycle buffer, when the size is at
-// most half of it, tx depth operations at a time (no warm-up by default).
+// hop limit 255; RTS with own PSN, timeout 14 (-u), retry_cnt 7, rnr_retry
+// 7, max_rd_atomic = the peer's out_reads. Each side registers one buffer
+// with, per QP, local slots and a region of INC(max(size, cycle buffer))
+// bytes it advertises in that QP's key string; write, read and atomic
+// bandwidth clients walk the remote address in steps of the size rounded
+// up to the cache line, over one cycle buffer, when the size is at most
+// half of it, tx depth operations per QP at a time, the QPs in turn (no
+// warm-up by default). perftest's modes: -q (QPs), -a (all sizes), -D
+// (duration), -b (duplex), atomics (-o atomic -A), as write_bw.c,
+// send_bw.c, atomic_bw.c, *_lat.c and perftest_resources.c of perftest
+// 4.5-0.17 run them.
 
 import (
 	"bytes"
@@ -46,7 +51,8 @@ const (
 
 // perftestProgram names the perftest program a test corresponds to.
 func perftestProgram(kind string, op qp.WROpcode) string {
-	return "ib_" + map[qp.WROpcode]string{qp.IBV_WR_SEND: "send", qp.IBV_WR_RDMA_WRITE: "write", qp.IBV_WR_RDMA_READ: "read"}[op] + "_" + kind
+	return "ib_" + map[qp.WROpcode]string{qp.IBV_WR_SEND: "send", qp.IBV_WR_RDMA_WRITE: "write", qp.IBV_WR_RDMA_READ: "read",
+		qp.IBV_WR_ATOMIC_FETCH_AND_ADD: "atomic", qp.IBV_WR_ATOMIC_CMP_AND_SWP: "atomic"}[op] + "_" + kind
 }
 
 // perftestInc is perftest's INC(size, cache_line): the step between two
@@ -138,7 +144,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		s = oob.NewPerftestClient(conn)
 	}
 
-	// Versions, system data and MTU, before the QP exists.
+	// Versions, system data and MTU, before the QPs exist.
 	peerVer, err := s.Versions(ctx)
 	if err != nil {
 		return err
@@ -152,45 +158,77 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		return err
 	}
 
-	if r, err = newPerftestTraffic(ctx, ep, kind, op, client, f.size, f.iters, f.txDepth, sys); err != nil {
+	size := f.size
+	if f.all {
+		size = perftestMaxSize // perftest sizes its buffer for the largest
+	}
+	iters := f.iters
+	if f.duration > 0 {
+		iters = 0
+	}
+	if r, err = newPerftestTraffic(ctx, ep, kind, op, client, f.bidir, size, iters, f.txDepth, f.rxDepth, f.qps, sys); err != nil {
 		return err
 	}
+	r.noPeak = f.noPeak
 
-	// perftest advertises its device's maximum for READ tests (128 on rxe)
-	// and 1 otherwise; roce-emu's responder keeps 16 READs.
+	// perftest advertises its device's maximum for READ and atomic tests
+	// (128 on rxe) and 1 otherwise; roce-emu's responder keeps 16.
 	outReads := uint16(1)
-	if op == qp.IBV_WR_RDMA_READ {
+	if op == qp.IBV_WR_RDMA_READ || isAtomic(op) {
 		outReads = 16
 	}
-	local := oob.PerftestKey{OutReads: outReads, QPN: r.q.QPN(), PSN: randomPSN(), GID: ep.LocalAddr().Addr(),
-		RKey: r.mr.RKey, VA: r.mr.VA + uint64(r.advOff)}
-	remotes, err := s.Keys(ctx, []oob.PerftestKey{local})
+	locals := make([]oob.PerftestKey, len(r.qps))
+	for i, pq := range r.qps {
+		locals[i] = oob.PerftestKey{OutReads: outReads, QPN: pq.q.QPN(), PSN: randomPSN(), GID: ep.LocalAddr().Addr(),
+			RKey: r.mr.RKey, VA: r.mr.VA + uint64(r.advAt(i))}
+	}
+	remotes, err := s.Keys(ctx, locals)
 	if err != nil {
 		return err
 	}
-	r.remote = remotes[0]
-	if err := perftestConnect(r.q, local, r.remote, curMTU, uint16(f.udpPort), r.access); err != nil {
+	for i, pq := range r.qps {
+		pq.local, pq.remote = locals[i], remotes[i]
+		if err := perftestConnect(pq.q, pq.local, pq.remote, curMTU, uint16(f.udpPort), f.qpTimeout, r.access); err != nil {
+			return fmt.Errorf("QP %d: %w", i, err)
+		}
+	}
+	r.q, r.remote = r.qps[0].q, r.qps[0].remote
+	// The barriers after connecting: one per QP and one of QP 0, in the
+	// order of the program (send_bw has QP 0's first).
+	if kind == "bw" && op == qp.IBV_WR_SEND {
+		err = s.Barrier(ctx, "after connecting")
+		if err == nil {
+			err = s.BarrierEach(ctx, "addresses printed")
+		}
+	} else {
+		err = s.BarrierEach(ctx, "after connecting")
+		if err == nil {
+			err = s.Barrier(ctx, "addresses printed")
+		}
+	}
+	if err != nil {
 		return err
 	}
-	if err := s.Barrier(ctx, "after connecting"); err != nil {
-		return err
-	}
-	if err := s.Barrier(ctx, "addresses printed"); err != nil {
-		return err
-	}
-	printPerftestHeader(out, kind, op, client, peerVer, curMTU, sys, r, local)
+	printPerftestHeader(out, kind, op, client, peerVer, curMTU, sys, r, f)
 
 	// send_bw and every latency test: one more barrier once the receives
 	// are posted, then traffic.
-	if op == qp.IBV_WR_SEND || kind == "lat" {
+	if (op == qp.IBV_WR_SEND && !f.all) || (kind == "lat" && op != qp.IBV_WR_SEND) {
 		if err := s.Barrier(ctx, "before traffic"); err != nil {
 			return err
 		}
 	}
-	if err := r.test(ctx, s, kind, client, f.gbits, out); err != nil {
+	if err := r.test(ctx, s, kind, client, f, out); err != nil {
 		return err
 	}
-	if r.checked > 0 {
+	switch {
+	case r.checked > 0 && isAtomic(op):
+		fmt.Fprintf(out, " data check: %d %ss at %d offsets of the peer's buffer each found what the one before at the same offset left (each landing buffer poisoned first)\n",
+			r.checked, atomicName(op), len(r.ref))
+	case r.checked > 0 && f.all:
+		fmt.Fprintf(out, " data check: %d READs of sizes 2 to %d bytes, each as the first READ of its size from the same offset of the peer's buffer, byte for byte (each landing buffer poisoned first)\n",
+			r.checked, perftestMaxSize)
+	case r.checked > 0:
 		fmt.Fprintf(out, " data check: %d READs of %d bytes from %d offsets of the peer's buffer agree byte for byte (each landing buffer poisoned first)\n",
 			r.checked, r.size, len(r.ref))
 	}
@@ -200,16 +238,69 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 			return err
 		}
 	}
-	c := r.q.Counters()
-	fmt.Fprintf(out, " counters: %s\n", describeCounters(c))
-	fmt.Fprintf(out, " requests served: %d RDMA WRITE, %d RDMA READ, %d SEND\n", c.RxWriteRequests, c.RxReadRequests, c.RxSendRequests)
+	if f.outJSON {
+		test := map[qp.WROpcode]string{qp.IBV_WR_SEND: "Send", qp.IBV_WR_RDMA_WRITE: "RDMA_Write", qp.IBV_WR_RDMA_READ: "RDMA_Read"}[op]
+		if isAtomic(op) {
+			test = "Atomic_" + atomicName(op)
+		}
+		if f.bidir {
+			test += "_Bidirectional"
+		}
+		test += map[string]string{"bw": "_BW_Test", "lat": "_Latency_Test"}[kind]
+		r.json.Info = perfJSONInfo{Test: test, DualPort: "OFF", Device: "roce-emu", NumberOfQPs: len(r.qps), TransportType: "IB",
+			ConnectionType: "RC", UsingSRQ: "OFF", Mtu: curMTU.Bytes(), LinkType: "Ethernet", OutstandReads: int(outReads),
+			RdmaCMQPs: "OFF", DataExMethod: "Ethernet"}
+		if kind == "bw" {
+			r.json.Info.TXDepth, r.json.Info.RXDepth = r.depth, r.rxDepth
+		}
+		if err := r.json.write(f.jsonFile); err != nil {
+			return err
+		}
+	}
+	var sum qp.Counters
+	for i, pq := range r.qps {
+		c := pq.q.Counters()
+		if len(r.qps) > 1 {
+			fmt.Fprintf(out, " QP %d counters: %s\n", i, describeCounters(c))
+		}
+		sum.SentPackets += c.SentPackets
+		sum.ReceivedPackets += c.ReceivedPackets
+		sum.RetransmittedPkts += c.RetransmittedPkts
+		sum.PacketSeqErr += c.PacketSeqErr
+		sum.ImpliedNakSeqErr += c.ImpliedNakSeqErr
+		sum.LocalAckTimeoutErr += c.LocalAckTimeoutErr
+		sum.RNRNakRetryErr += c.RNRNakRetryErr
+		sum.SendRNRErr += c.SendRNRErr
+		sum.OutOfSequence += c.OutOfSequence
+		sum.DuplicateRequest += c.DuplicateRequest
+		sum.RxWriteRequests += c.RxWriteRequests
+		sum.RxReadRequests += c.RxReadRequests
+		sum.RxSendRequests += c.RxSendRequests
+		sum.RxAtomicRequests += c.RxAtomicRequests
+	}
+	fmt.Fprintf(out, " counters: %s\n", describeCounters(sum))
+	fmt.Fprintf(out, " requests served: %d RDMA WRITE, %d RDMA READ, %d SEND, %d atomic\n", sum.RxWriteRequests, sum.RxReadRequests, sum.RxSendRequests, sum.RxAtomicRequests)
 	return nil
 }
 
+// atomicName is perftest's name of an atomic operation (-A).
+func atomicName(op qp.WROpcode) string {
+	if op == qp.IBV_WR_ATOMIC_CMP_AND_SWP {
+		return "CMP_AND_SWAP"
+	}
+	return "FETCH_AND_ADD"
+}
+
+func isAtomic(op qp.WROpcode) bool {
+	return op == qp.IBV_WR_ATOMIC_FETCH_AND_ADD || op == qp.IBV_WR_ATOMIC_CMP_AND_SWP
+}
+
 // printPerftestHeader prints the test's parameters and both sides'
-// addresses, as perftest does before traffic.
-func printPerftestHeader(out io.Writer, kind string, op qp.WROpcode, client bool, peerVer string, mtu qp.MTU, sys oob.SysData, r *perftestTraffic, local oob.PerftestKey) {
-	title := map[qp.WROpcode]string{qp.IBV_WR_SEND: "Send", qp.IBV_WR_RDMA_WRITE: "RDMA_Write", qp.IBV_WR_RDMA_READ: "RDMA_Read"}[op]
+// addresses, as perftest does before traffic: every local QP, then every
+// remote one.
+func printPerftestHeader(out io.Writer, kind string, op qp.WROpcode, client bool, peerVer string, mtu qp.MTU, sys oob.SysData, r *perftestTraffic, f *perfFlags) {
+	title := map[qp.WROpcode]string{qp.IBV_WR_SEND: "Send", qp.IBV_WR_RDMA_WRITE: "RDMA_Write", qp.IBV_WR_RDMA_READ: "RDMA_Read",
+		qp.IBV_WR_ATOMIC_FETCH_AND_ADD: "Atomic FETCH_AND_ADD", qp.IBV_WR_ATOMIC_CMP_AND_SWP: "Atomic CMP_AND_SWAP"}[op]
 	test := "BW"
 	if kind == "lat" {
 		test = "Latency"
@@ -220,31 +311,41 @@ func printPerftestHeader(out io.Writer, kind string, op qp.WROpcode, client bool
 	}
 	fmt.Fprintln(out, perfRule)
 	fmt.Fprintf(out, "                    %s %s Test (roce-emu, perftest %s protocol, %s of %s)\n", title, test, oob.PerftestVersion, role, perftestProgram(kind, op))
-	fmt.Fprintf(out, " Connection type : RC\t\tPeer version   : %s\n", peerVer)
+	fmt.Fprintf(out, " Number of qps   : %d\t\tConnection type : RC\n", len(r.qps))
+	fmt.Fprintf(out, " Peer version    : %s\n", peerVer)
 	fmt.Fprintf(out, " Mtu             : %d[B]\t\tCycle buffer   : %d[B] (cache line %d)\n", mtu.Bytes(), sys.CycleBuffer, sys.CacheLine)
 	if kind == "bw" {
 		fmt.Fprintf(out, " TX depth        : %d\t\tRX depth       : %d\n", r.depth, r.rxDepth)
 	}
+	switch {
+	case f.duration > 0:
+		fmt.Fprintf(out, " Duration        : %d[sec] (margin %d[sec] at each end)\n", f.duration, f.margin)
+	case f.all:
+		fmt.Fprintf(out, " Sizes           : 2 to %d[B], %d iterations each\n", perftestMaxSize, f.iters)
+	}
 	fmt.Fprintln(out, perfRule)
-	for _, a := range []struct {
-		side string
-		k    oob.PerftestKey
-	}{{"local", local}, {"remote", r.remote}} {
-		// perftest's formats, "%#06x" and so on, count the 0x in the width.
-		fmt.Fprintf(out, " %s address: LID %04x QPN 0x%04x PSN 0x%04x", a.side, a.k.LID, a.k.QPN, uint32(a.k.PSN))
-		if op == qp.IBV_WR_RDMA_READ {
-			fmt.Fprintf(out, " OUT 0x%02x", a.k.OutReads)
+	for _, side := range []string{"local", "remote"} {
+		for _, pq := range r.qps {
+			k := pq.local
+			if side == "remote" {
+				k = pq.remote
+			}
+			// perftest's formats, "%#06x" and so on, count the 0x in the width.
+			fmt.Fprintf(out, " %s address: LID %04x QPN 0x%04x PSN 0x%04x", side, k.LID, k.QPN, uint32(k.PSN))
+			if op == qp.IBV_WR_RDMA_READ || isAtomic(op) {
+				fmt.Fprintf(out, " OUT 0x%02x", k.OutReads)
+			}
+			if op != qp.IBV_WR_SEND {
+				fmt.Fprintf(out, " RKey 0x%06x VAddr 0x%014x", k.RKey, k.VA)
+			}
+			fmt.Fprintf(out, "\n GID: %s\n", perftestGID(k.GID))
 		}
-		if op != qp.IBV_WR_SEND {
-			fmt.Fprintf(out, " RKey 0x%06x VAddr 0x%014x", a.k.RKey, a.k.VA)
-		}
-		fmt.Fprintf(out, "\n GID: %s\n", perftestGID(a.k.GID))
 	}
 	fmt.Fprintln(out, perfRule)
 }
 
 // perftestConnect moves q to RTR and RTS as perftest's ctx_connect does.
-func perftestConnect(q *transport.QP, local, rem oob.PerftestKey, mtu qp.MTU, udpPort uint16, access qp.Access) error {
+func perftestConnect(q *transport.QP, local, rem oob.PerftestKey, mtu qp.MTU, udpPort uint16, timeout int, access qp.Access) error {
 	av := qp.AddressVector{Remote: netip.AddrPortFrom(gidAddr(rem.GID, local.GID), udpPort), HopLimit: routeHopLimit} // perftest asks 0xFF; see routeHopLimit
 	if err := q.Modify(&qp.Attr{State: qp.IBV_QPS_RTR, PathMTU: mtu, DestQPN: rem.QPN, RQPSN: rem.PSN,
 		MaxDestRdAtomic: uint8(min(local.OutReads, 255)), MinRNRTimer: 12, AV: av, AccessFlags: access},
@@ -252,7 +353,7 @@ func perftestConnect(q *transport.QP, local, rem oob.PerftestKey, mtu qp.MTU, ud
 			qp.IBV_QP_MAX_DEST_RD_ATOMIC|qp.IBV_QP_MIN_RNR_TIMER|qp.IBV_QP_ACCESS_FLAGS); err != nil {
 		return fmt.Errorf("cannot move the QP to RTR towards %s QPN %#x: %w", rem.GID, rem.QPN, err)
 	}
-	if err := q.Modify(&qp.Attr{State: qp.IBV_QPS_RTS, SQPSN: local.PSN, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
+	if err := q.Modify(&qp.Attr{State: qp.IBV_QPS_RTS, SQPSN: local.PSN, Timeout: uint8(timeout), RetryCnt: 7, RNRRetry: 7,
 		MaxRdAtomic: uint8(min(max(int(rem.OutReads), 1), qp.MaxRdAtomicLimit))},
 		qp.IBV_QP_STATE|qp.IBV_QP_SQ_PSN|qp.IBV_QP_TIMEOUT|qp.IBV_QP_RETRY_CNT|qp.IBV_QP_RNR_RETRY|qp.IBV_QP_MAX_QP_RD_ATOMIC); err != nil {
 		return fmt.Errorf("cannot move the QP to RTS: %w", err)
@@ -260,99 +361,265 @@ func perftestConnect(q *transport.QP, local, rem oob.PerftestKey, mtu qp.MTU, ud
 	return nil
 }
 
-// test runs the traffic of the test and, for write_bw and read_bw, the
-// results exchange, printing what perftest prints.
-func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string, client, gbits bool, out io.Writer) error {
+// test runs the traffic of the test and, for the bandwidth tests but
+// send_bw, the results exchange, printing what perftest prints.
+func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string, client bool, f *perfFlags, out io.Writer) error {
+	gbits := f.gbits
 	fail := func(err error) error {
 		return fmt.Errorf("%v (QP %s; %s)", err, r.q.State(), describeCounters(r.q.Counters()))
 	}
 	program := perftestProgram(kind, r.op)
 	switch {
+	case kind == "bw" && f.bidir:
+		return r.bidirBW(ctx, s, f, out)
 	case kind == "bw" && r.op != qp.IBV_WR_SEND:
 		var res bwResult
+		n := r.iters * len(r.qps)
 		if client {
 			var err error
-			if res, err = r.bwClient(gbits); err != nil {
-				return fail(err)
+			switch {
+			case f.duration > 0:
+				if res, n, err = r.bwDuration(gbits, time.Duration(f.duration)*time.Second, time.Duration(f.margin)*time.Second); err != nil {
+					return fail(err)
+				}
+				printBW(out, r.size, n, gbits, res)
+				r.json.noteBW(r.size, n, gbits, res)
+			case f.all:
+				// write_bw and read_bw with -a: each size in turn, one
+				// table; only the last size's results go to the server.
+				printBWHeader(out, gbits)
+				for sz := 2; sz <= perftestMaxSize; sz *= 2 {
+					r.size, r.ref = sz, nil
+					if res, err = r.bwClient(gbits); err != nil {
+						return fail(fmt.Errorf("size %d: %v%s", sz, err, r.remoteAccessHint()))
+					}
+					printBWLine(out, sz, n, gbits, res)
+					r.json.noteBW(sz, n, gbits, res)
+				}
+				fmt.Fprintln(out, perfRule)
+			default:
+				if res, err = r.bwClient(gbits); err != nil {
+					return fail(err)
+				}
+				printBW(out, r.size, n, gbits, res)
+				r.json.noteBW(r.size, n, gbits, res)
 			}
-			printBW(out, r.size, r.iters, gbits, res)
 		} else {
 			fmt.Fprintf(out, " (the server of %s only serves its memory; the client reports)\n", program)
 		}
 		// The client says it is done; then the results go across.
 		if err := s.Barrier(ctx, "traffic done"); err != nil {
+			if !client {
+				return fmt.Errorf("%v (the client stopped before reporting; if it runs -a, start this server with -a too: its buffer is sized for -s %d)", err, f.size)
+			}
 			return err
 		}
-		rem, err := s.BWReports(ctx, oob.BWReport{Size: uint64(r.size), Iters: uint64(r.iters), PeakBW: res.peak, AvgBW: res.avg, MsgRate: res.mpps})
+		rem, err := s.BWReports(ctx, oob.BWReport{Size: uint64(r.size), Iters: uint64(n), PeakBW: res.peak, AvgBW: res.avg, MsgRate: res.mpps})
 		if err != nil {
 			return err
 		}
 		if !client {
 			fmt.Fprintln(out, " the client's results:")
 			printBW(out, int(rem.Size), int(rem.Iters), gbits, bwResult{peak: rem.PeakBW, avg: rem.AvgBW, mpps: rem.MsgRate})
+			r.json.noteBW(int(rem.Size), int(rem.Iters), gbits, bwResult{peak: rem.PeakBW, avg: rem.AvgBW, mpps: rem.MsgRate})
+			if isAtomic(r.op) {
+				if err := r.checkAtomicRegion(rem.Iters, f.duration > 0, out); err != nil {
+					return err
+				}
+			}
 		}
-	case kind == "bw":
-		var res bwResult
-		var err error
-		if client {
-			res, err = r.bwClient(gbits)
-		} else {
-			res, err = r.sendBWServer(gbits)
+	default:
+		// send_bw and the latency tests: each size in turn with -a (SEND
+		// tests with a barrier before each, once the receives are
+		// posted, and send_bw with one after), one table.
+		sizes := []int{r.size}
+		if f.all {
+			sizes = nil
+			for sz := 2; sz <= perftestMaxSize; sz *= 2 {
+				sizes = append(sizes, sz)
+			}
 		}
-		if err != nil {
-			return fail(err)
-		}
-		printBW(out, r.size, r.iters, gbits, res)
-	case r.op == qp.IBV_WR_RDMA_READ:
-		if !client {
+		if kind == "lat" && (r.op == qp.IBV_WR_RDMA_READ || isAtomic(r.op)) && !client {
 			fmt.Fprintf(out, " (the server of %s only serves its memory; the client reports)\n", program)
 			return nil
 		}
-		samples, err := r.readLat()
-		if err != nil {
-			return fail(err)
+		if kind == "bw" {
+			printBWHeader(out, gbits)
+		} else {
+			printLatHeader(out)
 		}
-		printLat(out, r.size, r.iters, samples)
-	case r.op == qp.IBV_WR_SEND:
-		samples, err := r.sendLat(client)
-		if err != nil {
-			return fail(err)
+		for i, sz := range sizes {
+			r.size, r.ref = sz, nil
+			r.sends, r.recvs = 0, 0 // the latency tests count from 0 each size
+			if f.all && r.op == qp.IBV_WR_SEND {
+				if i > 0 {
+					if err := r.repostAll(); err != nil {
+						return err
+					}
+				}
+				if err := s.Barrier(ctx, fmt.Sprintf("before SENDs of %d bytes", sz)); err != nil {
+					return err
+				}
+			}
+			if kind == "bw" {
+				var res bwResult
+				var err error
+				if client {
+					res, err = r.bwClient(gbits)
+				} else {
+					res, err = r.sendBWServer(gbits)
+				}
+				if err != nil {
+					return fail(fmt.Errorf("size %d: %v", sz, err))
+				}
+				printBWLine(out, sz, r.iters*len(r.qps), gbits, res)
+				r.json.noteBW(sz, r.iters*len(r.qps), gbits, res)
+				if f.all {
+					if err := s.Barrier(ctx, fmt.Sprintf("after SENDs of %d bytes", sz)); err != nil {
+						return err
+					}
+				}
+				continue
+			}
+			var samples []time.Duration
+			var err error
+			switch r.op {
+			case qp.IBV_WR_SEND:
+				samples, err = r.sendLat(client)
+			case qp.IBV_WR_RDMA_WRITE:
+				samples, err = r.writeLat(!client)
+			default:
+				samples, err = r.readLat()
+			}
+			if err != nil {
+				return fail(fmt.Errorf("size %d: %v%s", sz, err, r.remoteAccessHint()))
+			}
+			printLatLine(out, sz, r.iters, samples)
+			r.json.noteLat(sz, r.iters, samples)
 		}
-		printLat(out, r.size, r.iters, samples)
-	default:
-		samples, err := r.writeLat(!client)
-		if err != nil {
-			return fail(err)
-		}
-		printLat(out, r.size, r.iters, samples)
+		fmt.Fprintln(out, perfRule)
 	}
 	return nil
 }
 
+// repostAll starts a new size of a SEND test with -a: each QP's receives
+// posted again (ctx_set_recv_wqes).
+func (r *perftestTraffic) repostAll() error {
+	for qi, pq := range r.qps {
+		pq.rxPosted = 0
+		for ; pq.rxPosted < r.rxDepth; pq.rxPosted++ {
+			if err := pq.q.PostRecv(r.recvWR(qi, pq.rxPosted)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// bidirBW is -b, perftest's duplex write_bw, read_bw and atomic_bw: both
+// sides run the client's traffic at once, after a barrier; each size's
+// results then go across and both sides print the sum of both (peaks,
+// averages and message rates added; its own iterations). With -a there
+// is a barrier after each size too (perftest 4.6 and later).
+func (r *perftestTraffic) bidirBW(ctx context.Context, s *oob.Perftest, f *perfFlags, out io.Writer) error {
+	fail := func(err error) error {
+		return fmt.Errorf("%v (QP %s; %s)", err, r.q.State(), describeCounters(r.q.Counters()))
+	}
+	sizes := []int{r.size}
+	if f.all {
+		sizes = nil
+		for sz := 2; sz <= perftestMaxSize; sz *= 2 {
+			sizes = append(sizes, sz)
+		}
+	}
+	printBWHeader(out, f.gbits)
+	var rem oob.BWReport
+	for _, sz := range sizes {
+		r.size, r.ref = sz, nil
+		for _, pq := range r.qps {
+			pq.last = nil
+		}
+		if err := s.Barrier(ctx, fmt.Sprintf("before traffic of %d bytes", sz)); err != nil {
+			return err
+		}
+		var res bwResult
+		var err error
+		n := r.iters * len(r.qps)
+		if f.duration > 0 {
+			res, n, err = r.bwDuration(f.gbits, time.Duration(f.duration)*time.Second, time.Duration(f.margin)*time.Second)
+		} else {
+			res, err = r.bwClient(f.gbits)
+		}
+		if err != nil {
+			return fail(fmt.Errorf("size %d: %v%s", sz, err, r.remoteAccessHint()))
+		}
+		if f.all {
+			if err := s.Barrier(ctx, fmt.Sprintf("after traffic of %d bytes", sz)); err != nil {
+				return err
+			}
+		}
+		if rem, err = s.BWReports(ctx, oob.BWReport{Size: uint64(sz), Iters: uint64(n), PeakBW: res.peak, AvgBW: res.avg, MsgRate: res.mpps}); err != nil {
+			return err
+		}
+		printBWLine(out, sz, n, f.gbits, bwResult{peak: res.peak + rem.PeakBW, avg: res.avg + rem.AvgBW, mpps: res.mpps + rem.MsgRate})
+		r.json.noteBW(sz, n, f.gbits, bwResult{peak: res.peak + rem.PeakBW, avg: res.avg + rem.AvgBW, mpps: res.mpps + rem.MsgRate})
+	}
+	fmt.Fprintln(out, perfRule)
+	if isAtomic(r.op) {
+		return r.checkAtomicRegion(rem.Iters, f.duration > 0, out)
+	}
+	return nil
+}
+
+// remoteAccessHint explains a remote access error of -a: the peer's
+// buffer is too small for the size.
+func (r *perftestTraffic) remoteAccessHint() string {
+	if r.failed == qp.IBV_WC_REM_ACCESS_ERR {
+		return " (the server's buffer is smaller than this size: start it with -a too)"
+	}
+	return ""
+}
+
+// perftestMaxQPs bounds -q.
+const perftestMaxQPs = 64
+
+// perftestSlotBytes bounds the local slots (landing buffers of READs and
+// atomics, sources of WRITEs and SENDs, receive buffers) per QP and kind.
+const perftestSlotBytes = 64 << 20
+
 // newPerftestTraffic makes the resources of a test as perftest does: one
-// buffer with the local slots (sources of WRITEs and SENDs, landing places
-// of READs), the receive slots, and the region advertised to the peer,
-// max(size, cycle buffer) bytes, as perftest's second half; its MR, a CQ,
-// and a QP in INIT with its receives posted.
-func newPerftestTraffic(ctx context.Context, ep *transport.Endpoint, kind string, op qp.WROpcode, client bool, size, iters, txDepth int, sys oob.SysData) (*perftestTraffic, error) {
-	depth := min(txDepth, iters)
+// buffer with, per QP, the local slots (sources of WRITEs and SENDs,
+// landing places of READs and atomics), the receive slots, and the region
+// advertised to the peer, INC(max(size, cycle buffer)) bytes, as
+// perftest's second half; one MR over it all, one CQ, and nq QPs in INIT
+// with their receives posted. iters 0 is duration mode.
+func newPerftestTraffic(ctx context.Context, ep *transport.Endpoint, kind string, op qp.WROpcode, client, bidir bool, size, iters, txDepth, rxDepthFlag, nq int, sys oob.SysData) (*perftestTraffic, error) {
+	depth := txDepth
+	if iters > 0 {
+		depth = min(txDepth, iters)
+	}
 	if kind == "lat" {
 		depth = 1
 	}
-	advLen := max(size, sys.CycleBuffer)
-	txSlots := min(depth, max(1, (256<<20)/size))
+	advLen := perftestInc(max(size, sys.CycleBuffer), sys.CacheLine)
+	txSlots := min(depth, max(1, perftestSlotBytes/size))
 	rxDepth := 0 // receives: both sides of ib_send_lat, ib_send_bw's server
 	if op == qp.IBV_WR_SEND && (kind == "lat" || !client) {
-		rxDepth = min(perftestRxDepth, iters)
+		rxDepth = min(rxDepthFlag, iters)
 	}
-	rxSlots := min(rxDepth, max(1, (256<<20)/size))
-	txOff, rxOff := 0, txSlots*size
-	advOff := (rxOff + rxSlots*size + 4095) &^ 4095
-	total := advOff + advLen
+	rxSlots := max(1, min(rxDepth, max(1, perftestSlotBytes/size)))
+	txOff := 0
+	rxOff := nq * txSlots * size
+	advOff := (rxOff + nq*rxSlots*size + 4095) &^ 4095
+	total := advOff + nq*advLen
 	r := &perftestTraffic{ep: ep, op: op, size: size, iters: iters, depth: depth, rxDepth: rxDepth,
-		txOff: txOff, rxOff: rxOff, advOff: advOff, txSlots: txSlots, rxSlots: max(rxSlots, 1),
+		txOff: txOff, rxOff: rxOff, advOff: advOff, advLen: advLen, slotSize: size, txSlots: txSlots, rxSlots: rxSlots,
 		cycle: sys.CycleBuffer, cacheLine: sys.CacheLine, ctx: ctx, wc: make([]qp.WC, 64),
-		access: qp.IBV_ACCESS_LOCAL_WRITE | qp.IBV_ACCESS_REMOTE_WRITE | qp.IBV_ACCESS_REMOTE_READ}
+		// Every region takes atomics, 8-byte aligned as the advertised
+		// regions and their cache-line steps are: perftest's atomic
+		// server registers REMOTE_ATOMIC, and a write server that NAKs an
+		// atomic client helps nobody.
+		access: qp.IBV_ACCESS_LOCAL_WRITE | qp.IBV_ACCESS_REMOTE_WRITE | qp.IBV_ACCESS_REMOTE_READ | qp.IBV_ACCESS_REMOTE_ATOMIC}
 	if kind == "lat" && op == qp.IBV_WR_RDMA_WRITE {
 		// ib_write_lat spins on the last byte of the region the peer
 		// writes, a volatile read of memory its NIC writes at any moment.
@@ -374,28 +641,37 @@ func newPerftestTraffic(ctx context.Context, ep *transport.Endpoint, kind string
 			binary.LittleEndian.PutUint64(r.buf[i:], rng.Uint64())
 		}
 	}
+	if isAtomic(op) && (!client || bidir) {
+		r.atomicInit = bytes.Clone(r.buf[advOff:])
+	}
 	pd := ep.NewPD()
 	var err error
 	if r.mr, err = pd.RegMR(r.buf, r.access); err != nil {
 		r.free()
 		return nil, err
 	}
-	r.cq = ep.NewCQ(2*max(depth, rxDepth) + 64)
-	if r.q, err = ep.NewQP(pd, r.cq, r.cq, qp.InitAttr{MaxSendWR: depth + 8, MaxRecvWR: max(rxDepth, 1)}); err != nil {
-		r.free()
-		return nil, err
-	}
-	if err := r.q.Modify(&qp.Attr{State: qp.IBV_QPS_INIT, AccessFlags: r.access}, qp.IBV_QP_STATE|qp.IBV_QP_ACCESS_FLAGS); err != nil {
-		r.free()
-		return nil, err
-	}
-	// Receives go first: a SEND must not find the queue empty.
-	for ; r.rxPosted < rxDepth; r.rxPosted++ {
-		if err := r.q.PostRecv(r.recvWR(r.rxPosted)); err != nil {
+	r.cq = ep.NewCQ(nq*(2*max(depth, rxDepth)) + 64)
+	for i := range nq {
+		q, err := ep.NewQP(pd, r.cq, r.cq, qp.InitAttr{MaxSendWR: depth + 8, MaxRecvWR: max(rxDepth, 1)})
+		if err != nil {
 			r.free()
 			return nil, err
 		}
+		if err := q.Modify(&qp.Attr{State: qp.IBV_QPS_INIT, AccessFlags: r.access}, qp.IBV_QP_STATE|qp.IBV_QP_ACCESS_FLAGS); err != nil {
+			r.free()
+			return nil, err
+		}
+		pq := &perftestQP{q: q}
+		r.qps = append(r.qps, pq)
+		// Receives go first: a SEND must not find the queue empty.
+		for ; pq.rxPosted < rxDepth; pq.rxPosted++ {
+			if err := q.PostRecv(r.recvWR(i, pq.rxPosted)); err != nil {
+				r.free()
+				return nil, err
+			}
+		}
 	}
+	r.q = r.qps[0].q
 	return r, nil
 }
 
@@ -408,47 +684,78 @@ func (r *perftestTraffic) free() {
 	}
 }
 
+// perftestQP is one of a test's QPs and its counts.
+type perftestQP struct {
+	q              *transport.QP
+	local, remote  oob.PerftestKey
+	posted, done   int // bandwidth client: operations posted, completed
+	rxPosted, recv int // receives posted, completed
+	// atomics: the value the last atomic at each remote offset returned
+	last map[int]uint64
+}
+
 // perftestTraffic is the traffic of one perftest-compatible test.
 type perftestTraffic struct {
 	ep                   *transport.Endpoint
-	q                    *transport.QP
+	qps                  []*perftestQP
+	q                    *transport.QP // QP 0's, for the latency tests
 	cq                   *transport.CQ
 	mr                   *qp.MR
 	buf                  []byte
 	op                   qp.WROpcode
-	size, iters, depth   int
+	size, iters, depth   int // iters is per QP; 0 in duration mode
 	txOff, rxOff, advOff int
-	txSlots, rxSlots     int
+	advLen, slotSize     int // per QP: the advertised region, one slot (the largest size)
+	txSlots, rxSlots     int // per QP
 	cycle, cacheLine     int
-	remote               oob.PerftestKey
+	remote               oob.PerftestKey // QP 0's peer, for the latency tests
 	rxDepth              int
 	access               qp.Access
 	mapped               bool // buf is mapped outside Go's heap
+	noPeak               bool
 	ctx                  context.Context
 	wc                   []qp.WC
-	rxPosted             int
-	sends, recvs         int // completions seen
+	sends, recvs         int         // completions seen (latency tests)
+	atomicInit           []byte      // an atomic server's advertised regions before the test
+	failed               qp.WCStatus // the status of the first failed completion
+	json                 perfJSON    // --out_json's file
 	// READ data check: the first READ from each remote offset, and how many
 	// READs were compared.
 	ref     map[int][]byte
 	checked int
 }
 
-func (r *perftestTraffic) recvWR(i int) qp.RecvWR {
-	return qp.RecvWR{WRID: uint64(i), SGEs: []qp.SGE{r.mr.SGE(r.rxOff+(i%r.rxSlots)*r.size, r.size)}}
+// advAt is where QP i's advertised region starts in buf.
+func (r *perftestTraffic) advAt(i int) int { return r.advOff + i*r.advLen }
+
+// wrid packs a QP index and an operation count in a work request ID.
+func wrid(qi, k int) uint64            { return uint64(qi)<<40 | uint64(k) }
+func unWRID(id uint64) (qi int, k int) { return int(id >> 40), int(id & (1<<40 - 1)) }
+
+func (r *perftestTraffic) recvWR(qi, i int) qp.RecvWR {
+	return qp.RecvWR{WRID: wrid(qi, i), SGEs: []qp.SGE{r.mr.SGE(r.rxOff+(qi*r.rxSlots+i%r.rxSlots)*r.slotSize, r.size)}}
 }
 
-// bwWR is the k-th operation of a bandwidth client: local slot k mod the
-// slots, remote offset perftest's.
-func (r *perftestTraffic) bwWR(k int) qp.SendWR {
+// txSlot is where the k-th operation of QP qi takes its data from or puts
+// it.
+func (r *perftestTraffic) txSlot(qi, k int) int {
+	return r.txOff + (qi*r.txSlots+k%r.txSlots)*r.slotSize
+}
+
+// bwWR is the k-th operation of QP qi in a bandwidth client: local slot k
+// mod the slots, remote offset perftest's.
+func (r *perftestTraffic) bwWR(qi, k int) qp.SendWR {
+	pq := r.qps[qi]
 	off := perftestOffset(k, r.size, r.cycle, r.cacheLine)
-	id := uint64(k)
-	slot := r.txOff + k%r.txSlots*r.size
-	wr := qp.SendWR{WRID: id, Opcode: r.op, Flags: qp.IBV_SEND_SIGNALED, SGEs: []qp.SGE{r.mr.SGE(slot, r.size)}}
+	slot := r.txSlot(qi, k)
+	wr := qp.SendWR{WRID: wrid(qi, k), Opcode: r.op, Flags: qp.IBV_SEND_SIGNALED, SGEs: []qp.SGE{r.mr.SGE(slot, r.size)}}
 	if r.op != qp.IBV_WR_SEND {
-		wr.RemoteAddr, wr.RKey = r.remote.VA+uint64(off), r.remote.RKey
+		wr.RemoteAddr, wr.RKey = pq.remote.VA+uint64(off), pq.remote.RKey
 	}
-	if r.op == qp.IBV_WR_RDMA_READ {
+	if r.op == qp.IBV_WR_ATOMIC_FETCH_AND_ADD {
+		wr.CompareAdd = 1 // perftest's ATOMIC_ADD_VALUE
+	} // CMP_AND_SWAP: compare 0, swap 0 (ATOMIC_SWAP_VALUE), as perftest
+	if r.op == qp.IBV_WR_RDMA_READ || isAtomic(r.op) {
 		// Poison the landing buffer: a READ that completes without all its
 		// data shows.
 		land := r.buf[slot : slot+r.size]
@@ -467,32 +774,102 @@ func (r *perftestTraffic) poll() ([]qp.WC, error) {
 	}
 	for _, c := range r.wc[:n] {
 		if c.Status != qp.IBV_WC_SUCCESS {
-			return nil, fmt.Errorf("work completion %s (%s, wr_id %d)", c.Status, c.Opcode, c.WRID)
+			r.failed = c.Status
+			qi, k := unWRID(c.WRID)
+			return nil, fmt.Errorf("work completion %s (%s, QP %d, operation %d)", c.Status, c.Opcode, qi, k)
 		}
 	}
 	return r.wc[:n], nil
 }
 
 // checkRead compares the data of a completed READ with the first READ
-// from the same offset of the peer's buffer, which perftest never changes.
-func (r *perftestTraffic) checkRead(wrid uint64) error {
-	k := int(wrid)
+// from the same offset of the peer's buffer, which perftest never changes;
+// for atomics, see checkAtomic.
+func (r *perftestTraffic) checkRead(id uint64) error {
+	qi, k := unWRID(id)
+	if isAtomic(r.op) {
+		return r.checkAtomic(qi, k)
+	}
 	off := perftestOffset(k, r.size, r.cycle, r.cacheLine)
-	slot := r.txOff + k%r.txSlots*r.size
+	slot := r.txSlot(qi, k)
 	got := r.buf[slot : slot+r.size]
 	if r.ref == nil {
 		r.ref = map[int][]byte{}
 	}
 	r.checked++
-	want, ok := r.ref[off]
+	key := qi*r.advLen + off
+	want, ok := r.ref[key]
 	if !ok {
-		r.ref[off] = bytes.Clone(got)
+		r.ref[key] = bytes.Clone(got)
 		return nil
 	}
 	if i := mismatch(got, want); i >= 0 {
-		return fmt.Errorf("data check: READ %d from offset %d differs from an earlier READ of the same bytes at byte %d (%#02x, not %#02x; the poison is %#02x)",
-			k, off, i, got[i], want[i], perftestPoison)
+		return fmt.Errorf("data check: READ %d of QP %d from offset %d differs from an earlier READ of the same bytes at byte %d (%#02x, not %#02x; the poison is %#02x)",
+			k, qi, off, i, got[i], want[i], perftestPoison)
 	}
+	return nil
+}
+
+// checkAtomic checks the original value a completed atomic brought back:
+// a FETCH_AND_ADD of 1 finds what the previous one at the same offset
+// found plus 1 (the QP's operations execute in order, and only this QP
+// touches its region); a CMP_AND_SWAP of 0 with 0 finds what the previous
+// one found.
+func (r *perftestTraffic) checkAtomic(qi, k int) error {
+	pq := r.qps[qi]
+	off := perftestOffset(k, r.size, r.cycle, r.cacheLine)
+	slot := r.txSlot(qi, k)
+	got := binary.LittleEndian.Uint64(r.buf[slot:])
+	if pq.last == nil {
+		pq.last = map[int]uint64{}
+	}
+	if r.ref == nil {
+		r.ref = map[int][]byte{}
+	}
+	r.ref[qi*r.advLen+off] = nil
+	r.checked++
+	prev, ok := pq.last[off]
+	pq.last[off] = got
+	if !ok {
+		return nil
+	}
+	want := prev
+	if r.op == qp.IBV_WR_ATOMIC_FETCH_AND_ADD {
+		want++
+	}
+	if got != want {
+		return fmt.Errorf("data check: %s %d of QP %d at offset %d found %#x, not %#x", atomicName(r.op), k, qi, off, got, want)
+	}
+	return nil
+}
+
+// checkAtomicRegion is an atomic server's check once the client is done:
+// its FETCH_AND_ADDs of 1 added to the advertised regions' 8-byte words
+// as many as it reports, in iterations mode (in duration mode it counts
+// only the measured ones, so the total is printed); CMP_AND_SWAPs of 0
+// with 0 changed nothing.
+func (r *perftestTraffic) checkAtomicRegion(iters uint64, duration bool, out io.Writer) error {
+	r.ep.Sync() // what the Endpoint wrote is seen from here
+	var added uint64
+	words := 0
+	for i := 0; i+8 <= len(r.atomicInit); i += 8 {
+		a, b := binary.LittleEndian.Uint64(r.atomicInit[i:]), binary.LittleEndian.Uint64(r.buf[r.advOff+i:])
+		if a != b {
+			added += b - a
+			words++
+		}
+	}
+	if r.op == qp.IBV_WR_ATOMIC_CMP_AND_SWP {
+		if words != 0 {
+			return fmt.Errorf("data check: the client's CMP_AND_SWAPs of 0 with 0 changed %d words of the region", words)
+		}
+		fmt.Fprintf(out, " data check: the client's CMP_AND_SWAPs (compare 0, swap 0) left the region as it was\n")
+		return nil
+	}
+	if !duration && added != iters {
+		return fmt.Errorf("data check: the client reports %d FETCH_AND_ADDs of 1, but the region's words grew by %d", iters, added)
+	}
+	fmt.Fprintf(out, " data check: the client's FETCH_AND_ADDs of 1 added %d to %d words of the region\n", added, words)
 	return nil
 }
 
@@ -505,51 +882,128 @@ func mismatch(a, b []byte) int {
 	return -1
 }
 
-// bwClient runs a bandwidth client: tx depth operations in flight, timed
-// from the first post to the last completion. (perftest 6.06 does no
-// warm-up by default: rxe serves exactly -n WRITEs or READs.)
-func (r *perftestTraffic) bwClient(gbits bool) (bwResult, error) {
-	depth := r.depth
-	if r.op == qp.IBV_WR_RDMA_READ {
-		depth = min(depth, r.txSlots) // one landing buffer per READ in flight
+// bwDepth is how many operations each QP keeps in flight: the tx depth,
+// and for READs and atomics no more than the landing buffers.
+func (r *perftestTraffic) bwDepth() int {
+	if r.op == qp.IBV_WR_RDMA_READ || isAtomic(r.op) {
+		return min(r.depth, r.txSlots)
 	}
-	stamps := make([]time.Time, 0, r.iters)
-	start := time.Now()
-	posted, done := 0, 0
-	for done < r.iters {
-		for posted < r.iters && posted-done < depth {
-			if err := r.q.PostSend(r.bwWR(posted)); err != nil {
-				return bwResult{}, err
-			}
-			posted++
-		}
-		cs, err := r.poll()
-		if err != nil {
-			return bwResult{}, fmt.Errorf("after %d of %d completions: %v", done, r.iters, err)
-		}
-		now := time.Now()
-		for _, c := range cs {
-			stamps = append(stamps, now)
-			if r.op == qp.IBV_WR_RDMA_READ {
-				if err := r.checkRead(c.WRID); err != nil {
-					return bwResult{}, err
-				}
-			}
-		}
-		done += len(cs)
-	}
-	return bwStats(r.size, start, stamps, gbits), nil
+	return r.depth
 }
 
-// sendBWServer counts the client's SENDs, reposting receives, and times
-// them from the first (run_iter_bw_server).
-func (r *perftestTraffic) sendBWServer(gbits bool) (bwResult, error) {
-	stamps := make([]time.Time, 0, r.iters)
-	var start time.Time
-	for len(stamps) < r.iters {
+// complete takes a bandwidth client's completions: counts, data checks.
+func (r *perftestTraffic) complete(cs []qp.WC) error {
+	for _, c := range cs {
+		qi, _ := unWRID(c.WRID)
+		if qi >= len(r.qps) {
+			return fmt.Errorf("a completion for QP %d of %d", qi, len(r.qps))
+		}
+		r.qps[qi].done++
+		if r.op == qp.IBV_WR_RDMA_READ || isAtomic(r.op) {
+			if err := r.checkRead(c.WRID); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// bwClient runs a bandwidth client (run_iter_bw): each QP runs -n
+// operations, tx depth in flight, the QPs served in turn; timed from the
+// first post to the last completion. (perftest 6.06 does no warm-up by
+// default: rxe serves exactly -n WRITEs or READs per QP.)
+func (r *perftestTraffic) bwClient(gbits bool) (bwResult, error) {
+	depth := r.bwDepth()
+	total := r.iters * len(r.qps)
+	stamps := make([]time.Time, 0, total)
+	for _, pq := range r.qps {
+		pq.posted, pq.done = 0, 0
+	}
+	start := time.Now()
+	for len(stamps) < total {
+		for i, pq := range r.qps {
+			for pq.posted < r.iters && pq.posted-pq.done < depth {
+				if err := pq.q.PostSend(r.bwWR(i, pq.posted)); err != nil {
+					return bwResult{}, err
+				}
+				pq.posted++
+			}
+		}
 		cs, err := r.poll()
 		if err != nil {
-			return bwResult{}, fmt.Errorf("after %d of %d receives: %v", len(stamps), r.iters, err)
+			return bwResult{}, fmt.Errorf("after %d of %d completions: %v", len(stamps), total, err)
+		}
+		now := time.Now()
+		if err := r.complete(cs); err != nil {
+			return bwResult{}, err
+		}
+		for range cs {
+			stamps = append(stamps, now)
+		}
+	}
+	res := bwStats(r.size, start, stamps, gbits)
+	if r.noPeak {
+		res.peak = 0
+	}
+	return res, nil
+}
+
+// bwDuration runs a bandwidth client for d (perftest's -D): operations
+// are posted for d; only those completed between margin after the start
+// and margin before the end count, over that time; the peak is not
+// computed (0, as perftest prints it). Operations still in flight at the
+// end are waited for. It returns the result and the count.
+func (r *perftestTraffic) bwDuration(gbits bool, d, margin time.Duration) (bwResult, int, error) {
+	depth := r.bwDepth()
+	start := time.Now()
+	from, to, end := start.Add(margin), start.Add(d-margin), start.Add(d)
+	counted, posted, done := 0, 0, 0
+	for {
+		now := time.Now()
+		if now.Before(end) {
+			for i, pq := range r.qps {
+				for pq.posted-pq.done < depth {
+					if err := pq.q.PostSend(r.bwWR(i, pq.posted)); err != nil {
+						return bwResult{}, 0, err
+					}
+					pq.posted++
+					posted++
+				}
+			}
+		} else if done == posted {
+			break
+		}
+		cs, err := r.poll()
+		if err != nil {
+			return bwResult{}, 0, fmt.Errorf("after %d completions: %v", done, err)
+		}
+		now = time.Now()
+		if err := r.complete(cs); err != nil {
+			return bwResult{}, 0, err
+		}
+		done += len(cs)
+		if !now.Before(from) && now.Before(to) {
+			counted += len(cs)
+		}
+	}
+	el := to.Sub(from).Seconds()
+	scale := 1.0 / (1 << 20)
+	if gbits {
+		scale = 8.0 / 1e9
+	}
+	return bwResult{avg: float64(r.size) * float64(counted) / el * scale, mpps: float64(counted) / el / 1e6}, counted, nil
+}
+
+// sendBWServer counts the client's SENDs on every QP, reposting receives,
+// and times them from the first (run_iter_bw_server).
+func (r *perftestTraffic) sendBWServer(gbits bool) (bwResult, error) {
+	total := r.iters * len(r.qps)
+	stamps := make([]time.Time, 0, total)
+	var start time.Time
+	for len(stamps) < total {
+		cs, err := r.poll()
+		if err != nil {
+			return bwResult{}, fmt.Errorf("after %d of %d receives: %v", len(stamps), total, err)
 		}
 		now := time.Now()
 		for _, c := range cs {
@@ -560,27 +1014,36 @@ func (r *perftestTraffic) sendBWServer(gbits bool) (bwResult, error) {
 				start = now
 			}
 			stamps = append(stamps, now)
-			if err := r.repost(); err != nil {
+			qi, _ := unWRID(c.WRID)
+			if err := r.repost(qi); err != nil {
 				return bwResult{}, err
 			}
 		}
 	}
-	return bwStats(r.size, start, stamps, gbits), nil
+	res := bwStats(r.size, start, stamps, gbits)
+	if r.noPeak {
+		res.peak = 0
+	}
+	return res, nil
 }
 
-func (r *perftestTraffic) repost() error {
-	if r.rxPosted >= r.iters {
+func (r *perftestTraffic) repost(qi int) error {
+	if qi >= len(r.qps) {
+		return fmt.Errorf("a receive completion for QP %d of %d", qi, len(r.qps))
+	}
+	pq := r.qps[qi]
+	if pq.rxPosted >= r.iters {
 		return nil
 	}
-	if err := r.q.PostRecv(r.recvWR(r.rxPosted)); err != nil {
+	if err := pq.q.PostRecv(r.recvWR(qi, pq.rxPosted)); err != nil {
 		return err
 	}
-	r.rxPosted++
+	pq.rxPosted++
 	return nil
 }
 
 // count waits until at least sends SEND completions and recvs receive
-// completions have come, reposting receives.
+// completions have come, reposting receives (latency tests: QP 0).
 func (r *perftestTraffic) count(sends, recvs int) error {
 	for r.sends < sends || r.recvs < recvs {
 		cs, err := r.poll()
@@ -591,7 +1054,7 @@ func (r *perftestTraffic) count(sends, recvs int) error {
 			switch c.Opcode {
 			case qp.IBV_WC_RECV:
 				r.recvs++
-				if err := r.repost(); err != nil {
+				if err := r.repost(0); err != nil {
 					return err
 				}
 			default:
@@ -707,14 +1170,19 @@ func (r *perftestTraffic) pollByte(at int, want byte) error {
 	}
 }
 
-// readLat is ib_read_lat's client (run_iter_lat): one READ of size bytes
-// from the start of the peer's region at a time; each sample is a whole
-// READ. Each READ lands on the poisoned first slot and must bring the
-// bytes the first one brought.
+// readLat is ib_read_lat's and ib_atomic_lat's client (run_iter_lat):
+// one READ of size bytes, or one atomic, at the start of the peer's region
+// at a time; each sample is a whole operation. Each lands on the poisoned
+// first slot; a READ must bring the bytes the first one brought, a
+// FETCH_AND_ADD of 1 what the previous one found plus 1, a CMP_AND_SWAP
+// of 0 with 0 what the previous one found.
 func (r *perftestTraffic) readLat() ([]time.Duration, error) {
 	samples := make([]time.Duration, 0, r.iters)
-	wr := qp.SendWR{Opcode: qp.IBV_WR_RDMA_READ, Flags: qp.IBV_SEND_SIGNALED, SGEs: []qp.SGE{r.mr.SGE(r.txOff, r.size)},
+	wr := qp.SendWR{Opcode: r.op, Flags: qp.IBV_SEND_SIGNALED, SGEs: []qp.SGE{r.mr.SGE(r.txOff, r.size)},
 		RemoteAddr: r.remote.VA, RKey: r.remote.RKey}
+	if r.op == qp.IBV_WR_ATOMIC_FETCH_AND_ADD {
+		wr.CompareAdd = 1
+	}
 	land := r.buf[r.txOff : r.txOff+r.size]
 	for i := range r.iters {
 		for j := range land {

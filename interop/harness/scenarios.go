@@ -65,7 +65,7 @@ func (h *harness) scenarios4() []scenario {
 					ours: map[string]int{"ACK timeouts": 1, "retransmitted": 1}, rxe: []string{"duplicate_request"}, naks: 0})
 			}},
 	)
-	return append(ss, h.perftestScenarios()...)
+	return append(append(ss, h.perftestScenarios()...), h.perftestModeScenarios()...)
 }
 
 // ipv6 runs s with RoCEv2 over IPv6: roce-emu bound to hostIP6, rxe on
