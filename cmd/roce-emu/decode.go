@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/bits"
 	"net/netip"
 	"sort"
 	"strings"
@@ -93,6 +94,7 @@ func decodeFile(name string, port uint16, asJSON, many bool, out *bufio.Writer) 
 			break
 		}
 		if err != nil {
+			sum.SetUnreassembled(d.FragmentsDropped() + d.PendingFragments())
 			writeSummary(out, enc, asJSON, name, sum)
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -100,11 +102,17 @@ func decodeFile(name string, port uint16, asJSON, many bool, out *bufio.Writer) 
 			start = ci.Timestamp
 		}
 		k, err := d.Decode(data, ci, lt, &rec)
+		if errors.Is(err, pcap.ErrLinkType) {
+			// A pcapng interface of another link type (802.11, USB):
+			// skipped and counted, as tshark goes on past it.
+			sum.AddOtherLinkType(lt)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("%s: frame %d: %w", name, n, err)
 		}
 		sum.Add(k, &rec)
-		if k == pcap.KindOther {
+		if k == pcap.KindOther || k == pcap.KindFragment {
 			continue
 		}
 		rel := rec.Time.Sub(start).Seconds()
@@ -117,6 +125,7 @@ func decodeFile(name string, port uint16, asJSON, many bool, out *bufio.Writer) 
 			out.WriteByte('\n')
 		}
 	}
+	sum.SetUnreassembled(d.FragmentsDropped() + d.PendingFragments())
 	writeSummary(out, enc, asJSON, name, sum)
 	return nil
 }
@@ -180,6 +189,9 @@ func textLine(n int, rel float64, k pcap.Kind, rec *pcap.Record) string {
 		fmt.Fprintf(&b, " pad=%d", h.PadCnt)
 	}
 	fmt.Fprintf(&b, " payload=%d ecn=%s icrc=%s", rec.PayloadLen, rec.ECN, icrcWord(rec))
+	if rec.Fragments > 0 {
+		fmt.Fprintf(&b, " reassembled=%d", rec.Fragments)
+	}
 	return b.String()
 }
 
@@ -190,8 +202,13 @@ func icrcWord(rec *pcap.Record) string {
 	case rec.ICRCOK:
 		return "ok"
 	}
-	return fmt.Sprintf("bad(wire=%#08x want=%#08x)", rec.Packet.ICRC, rec.ICRCComputed)
+	return fmt.Sprintf("bad(wire=%#08x want=%#08x)", tsharkICRC(rec.Packet.ICRC), tsharkICRC(rec.ICRCComputed))
 }
+
+// tsharkICRC returns an ICRC value (bth.Packet.ICRC, little-endian on the
+// wire) as tshark's infiniband.invariant.crc shows it: the wire bytes read
+// in network byte order (wire bytes 88 09 74 2c are 0x8809742c).
+func tsharkICRC(v uint32) uint32 { return bits.ReverseBytes32(v) }
 
 type jsonPacket struct {
 	File        string        `json:"file"`
@@ -221,6 +238,7 @@ type jsonPacket struct {
 	PayloadLen  int           `json:"payload_len"`
 	ICRC        string        `json:"icrc,omitempty"`
 	ICRCOK      *bool         `json:"icrc_ok"`
+	Fragments   int           `json:"ip_fragments,omitempty"` // IPv4 fragments reassembled into this packet
 	DETH        *jsonDETH     `json:"deth,omitempty"`
 	RETH        *jsonRETH     `json:"reth,omitempty"`
 	AtomicETH   *jsonAtomic   `json:"atomiceth,omitempty"`
@@ -274,9 +292,12 @@ func jsonRecord(file string, n int, rel float64, k pcap.Kind, rec *pcap.Record) 
 	j.SE, j.MigReq, j.FECN, j.BECN = ptr(h.SE), ptr(h.MigReq), ptr(h.FECN), ptr(h.BECN)
 	j.PKey, j.PadCnt = ptr(h.PKey), ptr(h.PadCnt)
 	j.PayloadLen = rec.PayloadLen
-	j.ICRC = fmt.Sprintf("%#08x", p.ICRC)
+	j.ICRC = fmt.Sprintf("%#08x", tsharkICRC(p.ICRC))
 	if rec.ICRCChecked {
 		j.ICRCOK = ptr(rec.ICRCOK)
+	}
+	if rec.Fragments > 0 {
+		j.Fragments = rec.Fragments
 	}
 	e := h.Opcode.Info().Ext
 	if e&bth.ExtDETH != 0 {
@@ -314,6 +335,11 @@ func writeSummary(out *bufio.Writer, enc *json.Encoder, asJSON bool, file string
 	}
 	fmt.Fprintf(out, "summary: %d frames, %d RoCEv2 packets, %d malformed, %d non-RoCE skipped, %d bad ICRC, %d ICRC unchecked\n",
 		s.Frames, s.RoCE, s.Malformed, s.NonRoCE, s.BadICRC, s.ICRCUnchecked)
+	if s.IPFragments+s.Reassembled+s.Unreassembled > 0 {
+		fmt.Fprintf(out, "  ip fragments: %d held, %d datagrams reassembled, %d never completed\n",
+			s.IPFragments, s.Reassembled, s.Unreassembled)
+	}
+	writeCounts(out, "other link types skipped", s.OtherLinkTypes)
 	writeCounts(out, "opcodes", s.Opcodes)
 	writeCounts(out, "aeth", s.AETH)
 	writeCounts(out, "ecn", s.ECN)
