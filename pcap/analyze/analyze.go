@@ -206,7 +206,7 @@ func (a *Analyzer) newConn(k reqKey, rec *pcap.Record, epoch int) *conn {
 	a.seq++
 	c := &conn{id: a.seq, key: k, epoch: epoch, mtu: a.cfg.PathMTU, mtuFixed: a.cfg.PathMTU > 0,
 		messages: map[string]int{}, checkKinds: map[string]int{}, binWidth: a.cfg.Bin, maxSamples: a.cfg.MaxSamples,
-		ackHigh: -1 << 62, respHigh: -1 << 62}
+		ackHigh: -1 << 62, msnPSN: -1 << 62}
 	if k.tr == bth.TransportUD {
 		c.reqQPN, c.reqQPNKnown = k.srcQP, true
 	}

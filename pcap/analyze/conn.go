@@ -36,18 +36,20 @@ type conn struct {
 	mtu      int
 	mtuFixed bool
 
-	resent      int
-	resentBytes uint64
-	episodes    []Episode
-	epNotListed int
-	ep          *Episode // the episode under way
-	epLast      int64    // the last PSN it resent
-	timeouts    int
-	nak         *nakSeen // the last NAK or RNR NAK not yet answered by a resend
+	resent       int
+	resentBytes  uint64
+	episodes     []Episode
+	epNotListed  int
+	ep           *Episode // the episode under way
+	epNext       int64    // the PSN that continues it
+	timeouts     int
+	nak          *nakSeen // the last NAK or RNR NAK not yet answered by a resend
+	naksPastRead int
+	retrying     bool     // a NAK or implied NAK started a retry; no other starts one until progress
+	impliedAt    *nakSeen // the last response that implied a NAK, not yet answered
 
 	// Responses.
 	respPackets int
-	respHigh    int64 // highest READ response PSN
 	ackHigh     int64 // highest PSN acknowledged
 	acks, naks  int
 	rnrNaks     int
@@ -59,6 +61,7 @@ type conn struct {
 	readBytes   uint64
 	lastMSN     uint32
 	haveMSN     bool
+	msnPSN      int64     // the PSN of the response lastMSN came on
 	reads       []readReq // outstanding READs and atomics, oldest first
 	ackReqs     []ackReq  // AckReq PSNs waiting for a response, oldest first
 	rtt         []float64
@@ -83,6 +86,7 @@ type conn struct {
 type nakSeen struct {
 	frame int
 	t     time.Time
+	psn   int64 // where the requester is to resume
 	rnr   bool
 	code  uint8
 	idx   int // RNR: index in rnr
@@ -94,6 +98,7 @@ type readReq struct {
 	got    uint32 // response payload seen
 	atomic bool
 	frame  int
+	next   int64 // the next response PSN expected
 }
 
 // span returns the PSNs a READ or atomic uses: a READ one per path MTU of
@@ -230,7 +235,7 @@ func (c *conn) request(a *Analyzer, frame int, rec *pcap.Record) {
 		c.bytes += uint64(rec.PayloadLen)
 		c.newMessage(info)
 		if info.Op == bth.OpReadRequest || info.Op == bth.OpCompareSwap || info.Op == bth.OpFetchAdd {
-			r := readReq{psn: u, atomic: info.Op != bth.OpReadRequest, frame: frame}
+			r := readReq{psn: u, next: u, atomic: info.Op != bth.OpReadRequest, frame: frame}
 			if !r.atomic {
 				r.length = p.RETH.DMALength
 				if c.mtu > 0 {
@@ -262,8 +267,13 @@ func (c *conn) request(a *Analyzer, frame int, rec *pcap.Record) {
 	if u <= c.ackHigh {
 		c.dups++
 	}
-	if c.ep == nil || u <= c.epLast {
+	// A new episode: resends begin, go back or jump again, or a NAK or an
+	// implied NAK restarts them where they would have gone on anyway.
+	if c.ep == nil || u != c.epNext || (c.nak != nil && c.nak.psn == u) || c.impliedAt != nil {
 		e := Episode{FirstResendFrame: frame, FromPSN: uint32(h.PSN), ResendFrom: posNames[info.Pos]}
+		if c.nak != nil && c.nak.psn != u {
+			c.nak = nil // not what this resend answers
+		}
 		switch {
 		case c.nak != nil && c.nak.rnr:
 			e.Cause, e.StartFrame, e.DelayUs = "RNR_NAK", c.nak.frame, us(t.Sub(c.nak.t))
@@ -271,18 +281,23 @@ func (c *conn) request(a *Analyzer, frame int, rec *pcap.Record) {
 			w.SeenUs, w.ResendSeen = e.DelayUs, true
 		case c.nak != nil:
 			e.Cause, e.StartFrame, e.DelayUs = "NAK", c.nak.frame, us(t.Sub(c.nak.t))
+		case c.impliedAt != nil:
+			e.Cause, e.StartFrame, e.DelayUs = "implied_NAK", c.impliedAt.frame, us(t.Sub(c.impliedAt.t))
 		default:
 			e.Cause, e.StartFrame, e.DelayUs = "timeout", c.lastEventFrame, us(t.Sub(c.lastEventTime))
 			c.timeouts++
 		}
-		c.nak = nil
+		c.nak, c.impliedAt = nil, nil
 		c.flushEpisode(a)
 		c.ep = &e
 		c.inMsg = 0
 	}
 	c.ep.PacketsResent++
 	c.ep.BytesResent += uint64(rec.PayloadLen)
-	c.epLast = u
+	c.epNext = u + 1
+	if info.Op == bth.OpReadRequest {
+		c.epNext = u + c.span(&readReq{length: p.RETH.DMALength})
+	}
 }
 
 // flushEpisode files the episode under way.
@@ -360,74 +375,141 @@ func (c *conn) response(a *Analyzer, frame int, rec *pcap.Record) {
 		c.ceResp++
 	}
 	u := c.unwrap(h.PSN)
-	hasAETH := info.Ext&bth.ExtAETH != 0
-	if hasAETH {
+	// MSNs grow with the PSNs they answer: a response to a later PSN than
+	// any before (a resent response carries the MSN of its time) has an
+	// MSN no lower than theirs.
+	if info.Ext&bth.ExtAETH != 0 && u > c.msnPSN {
 		if c.haveMSN && bth.PSN(p.AETH.MSN).Before(bth.PSN(c.lastMSN)) {
 			c.check(a, frame, "warning", "MSN order", fmt.Sprintf("MSN %d after %d", p.AETH.MSN, c.lastMSN))
 		}
-		c.lastMSN, c.haveMSN = p.AETH.MSN, true
+		c.lastMSN, c.haveMSN, c.msnPSN = p.AETH.MSN, true, u
+	}
+	syn := p.AETH.Syndrome
+	if c.pastIncomplete(u, info) {
+		// A response past a READ or atomic whose response (or part of it)
+		// did not come shows it lost: an implied NAK (IBTA 9.7.5.1.2).
+		// The requester drops the packet and goes back, unless a retry is
+		// under way already (rxe's completer; qp's).
+		if !c.retrying {
+			c.implied++
+			c.retrying = true
+			c.supersede(a)
+			c.impliedAt = &nakSeen{frame: frame, t: t, psn: -1}
+		}
+		c.countAETH(info, syn)
+		if info.Op == bth.OpAcknowledge && syn.Kind() == bth.KindNAK {
+			c.naksPastRead++
+		}
+		return
 	}
 	switch info.Op {
 	case bth.OpReadResponse:
 		c.checkPacket(a, frame, rec, info)
-		if u <= c.respHigh {
+		r := c.readAt(u)
+		if r == nil || u < r.next {
 			c.readResent++
-		} else {
-			c.respHigh = u
-			c.readBytes += uint64(rec.PayloadLen)
-			if u > c.high {
-				c.setHigh(u) // the PSNs a READ uses are the requester's
-			}
-			c.readProgress(a, frame, u, uint32(rec.PayloadLen), info)
+			return
+		}
+		r.next = u + 1
+		r.got += uint32(rec.PayloadLen)
+		c.readBytes += uint64(rec.PayloadLen)
+		if u > c.high {
+			c.setHigh(u) // the PSNs a READ uses are the requester's
 		}
 		if info.Pos == bth.PosFirst || info.Pos == bth.PosOnly {
 			c.covered(u, t)
 		}
-		if info.Ends() && u > c.ackHigh {
-			c.ackHigh = u
+		if info.Ends() {
+			if r.got != r.length {
+				c.check(a, frame, "error", "READ length",
+					fmt.Sprintf("READ of frame %d asked %d bytes, its responses carried %d", r.frame, r.length, r.got))
+			}
+			c.completeReads(u)
 		}
+		c.acked(u-1, t)
+		c.progress()
 		return
 	case bth.OpAtomicAcknowledge:
 		c.acks++
-		c.readProgress(a, frame, u, 0, info)
+		c.completeReads(u)
 		c.acked(u, t)
 		return
 	}
-	syn := p.AETH.Syndrome
+	c.countAETH(info, syn)
 	switch syn.Kind() {
 	case bth.KindACK:
-		c.acks++
 		if u <= c.ackHigh {
 			c.reAcks++
 		}
-		c.impliedBefore(u + 1)
 		c.acked(u, t)
 	case bth.KindRNRNAK:
-		c.rnrNaks++
+		c.acked(u-1, t)
 		w := RNRWait{Frame: frame, TimerCode: syn.Value(), AskedUs: us(bth.RNRTimer(syn.Value())), SeenUs: -1}
-		idx := -1
 		if len(c.rnr) < a.cfg.MaxEvents {
 			c.rnr = append(c.rnr, w)
-			idx = len(c.rnr) - 1
+			c.supersede(a)
+			c.nak = &nakSeen{frame: frame, t: t, psn: u, rnr: true, code: syn.Value(), idx: len(c.rnr) - 1}
 		}
-		if idx >= 0 {
-			c.nak = &nakSeen{frame: frame, t: t, rnr: true, code: syn.Value(), idx: idx}
-		}
-		c.acked(u-1, t)
 	case bth.KindNAK:
-		c.naks++
-		if syn.NAKCode() == bth.NAKPSNSequenceError {
-			c.nak = &nakSeen{frame: frame, t: t, code: uint8(syn.NAKCode())}
-		}
 		c.acked(u-1, t)
+		if syn.NAKCode() == bth.NAKPSNSequenceError && !c.retrying {
+			c.retrying = true
+			c.supersede(a)
+			c.nak = &nakSeen{frame: frame, t: t, psn: u, code: uint8(syn.NAKCode())}
+		}
 	}
 }
+
+// supersede files the go-back-N that a NAK, RNR NAK or implied NAK still
+// waiting for its resend started, when another comes first: the requester
+// went back (and counts a retry) but resent nothing before going back
+// again. It shows as an episode with no resend (FirstResendFrame 0).
+func (c *conn) supersede(a *Analyzer) {
+	var n *nakSeen
+	cause := "NAK"
+	switch {
+	case c.nak != nil && c.nak.rnr:
+		n, cause = c.nak, "RNR_NAK"
+	case c.nak != nil:
+		n = c.nak
+	case c.impliedAt != nil:
+		n, cause = c.impliedAt, "implied_NAK"
+	default:
+		return
+	}
+	c.flushEpisode(a)
+	c.ep = &Episode{Cause: cause, StartFrame: n.frame, FromPSN: uint32(bth.PSN(0).Add(int(n.psn))), ResendFrom: "none"}
+	if n.psn < 0 {
+		c.ep.FromPSN = 0
+	}
+	c.flushEpisode(a)
+	c.nak, c.impliedAt = nil, nil
+}
+
+// countAETH counts an ACK, NAK or RNR NAK as the wire shows it.
+func (c *conn) countAETH(info *bth.OpInfo, syn bth.Syndrome) {
+	if info.Op != bth.OpAcknowledge && info.Op != bth.OpAtomicAcknowledge {
+		return
+	}
+	switch syn.Kind() {
+	case bth.KindACK:
+		c.acks++
+	case bth.KindRNRNAK:
+		c.rnrNaks++
+	case bth.KindNAK:
+		c.naks++
+	}
+}
+
+// progress is new data acknowledged: a retry under way is over.
+func (c *conn) progress() { c.retrying = false }
 
 // acked moves the acknowledged PSN to u and takes RTT samples for the
 // AckReq requests it covers.
 func (c *conn) acked(u int64, t time.Time) {
 	if u > c.ackHigh {
 		c.ackHigh = u
+		c.progress()
 	}
 	c.covered(u, t)
 }
@@ -458,37 +540,43 @@ func (c *conn) sample(v float64) {
 	}
 }
 
-// readProgress counts a READ response's payload against its request, and
-// counts implied NAKs: READs and atomics before the one answered that got
-// nothing.
-func (c *conn) readProgress(a *Analyzer, frame int, u int64, n uint32, info *bth.OpInfo) {
+// readAt returns the outstanding READ whose PSNs hold u.
+func (c *conn) readAt(u int64) *readReq {
 	for i := range c.reads {
 		r := &c.reads[i]
-		if u < r.psn || u >= r.psn+c.span(r) {
-			continue
+		if !r.atomic && u >= r.psn && u < r.psn+c.span(r) {
+			return r
 		}
-		c.impliedBefore(r.psn)
-		r.got += n
-		if info.Ends() {
-			if !r.atomic && r.got != r.length {
-				c.check(a, frame, "error", "READ length",
-					fmt.Sprintf("READ of frame %d asked %d bytes, its responses carried %d", r.frame, r.length, r.got))
-			}
-			c.reads = slices.Delete(c.reads, 0, i+1)
-		}
-		return
 	}
+	return nil
 }
 
-// impliedBefore drops the READs and atomics before PSN u: a response to a
-// later request implies they need sending again (IBTA 9.7.5.1.2) when they
-// got no response at all.
-func (c *conn) impliedBefore(u int64) {
-	i := 0
-	for ; i < len(c.reads) && c.reads[i].psn+c.span(&c.reads[i]) <= u; i++ {
-		if c.reads[i].got == 0 {
-			c.implied++
+// pastIncomplete reports whether a response at u is past a READ or atomic
+// whose response has not all come: past its last PSN, or a READ response
+// past the next one it expects.
+func (c *conn) pastIncomplete(u int64, info *bth.OpInfo) bool {
+	for i := range c.reads {
+		r := &c.reads[i]
+		if u < r.psn {
+			return false
 		}
+		last := r.psn + c.span(r) - 1
+		if u > last {
+			return true
+		}
+		// u is inside r.
+		if info.Op == bth.OpReadResponse && !r.atomic {
+			return u > r.next
+		}
+		return false
+	}
+	return false
+}
+
+// completeReads forgets the READs and atomics up to PSN u, answered.
+func (c *conn) completeReads(u int64) {
+	i := 0
+	for ; i < len(c.reads) && c.reads[i].psn <= u; i++ {
 	}
 	c.reads = c.reads[i:]
 }
@@ -554,6 +642,7 @@ func (c *conn) report(a *Analyzer) *Connection {
 		Timeouts:             c.timeouts,
 		ACKs:                 c.acks,
 		NAKs:                 c.naks,
+		NAKsPastRead:         c.naksPastRead,
 		RNRNAKs:              c.rnrNaks,
 		RNRWaits:             slices.Clone(c.rnr),
 		ImpliedNAKs:          c.implied,

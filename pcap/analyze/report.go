@@ -88,7 +88,10 @@ type Connection struct {
 	Timeouts int `json:"timeouts"`
 	ACKs     int `json:"acks"` // ACK syndromes on ACK and atomic ACK packets
 	NAKs     int `json:"naks"` // NAKs of every code but RNR
-	RNRNAKs  int `json:"rnr_naks"`
+	// NAKsPastRead counts NAKs that came past a READ or atomic whose
+	// response was missing: the requester takes them as implied NAKs.
+	NAKsPastRead int `json:"naks_past_incomplete_read"`
+	RNRNAKs      int `json:"rnr_naks"`
 	// RNRWaits lists each RNR NAK with the wait its timer code asks and the
 	// wait seen to the resend.
 	RNRWaits []RNRWait `json:"rnr_waits"`
@@ -132,8 +135,10 @@ type PSNRange struct {
 // Episode is one go-back-N (or RNR) resend episode: what started it, the
 // first resend, and what was sent again until new PSNs went out.
 type Episode struct {
-	// Cause is "NAK" (a PSN sequence error NAK), "RNR_NAK" or "timeout"
-	// (no NAK since the last packet: the requester's ACK timer).
+	// Cause is "NAK" (a PSN sequence error NAK for the PSN resent),
+	// "RNR_NAK", "implied_NAK" (a response to a later request left a READ
+	// or atomic unanswered, IBTA 9.7.5.1.2) or "timeout" (none of those:
+	// the requester's ACK timer).
 	Cause string `json:"cause"`
 	// StartFrame is the NAK's frame, or for a timeout the last frame of
 	// the connection before the resend (the timer's last restart).
