@@ -425,8 +425,10 @@ func (c *conn) response(a *Analyzer, frame int, rec *pcap.Record) {
 					fmt.Sprintf("READ of frame %d asked %d bytes, its responses carried %d", r.frame, r.length, r.got))
 			}
 			c.completeReads(u)
+			c.acked(u, t)
+		} else {
+			c.acked(u-1, t)
 		}
-		c.acked(u-1, t)
 		c.progress()
 		return
 	case bth.OpAtomicAcknowledge:
