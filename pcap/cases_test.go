@@ -261,3 +261,36 @@ func TestSummaryEpochs(t *testing.T) {
 	assert.Zero(t, s.Flows[2].Retransmitted)
 	assert.Equal(t, 2, s.Flows[2].Messages)
 }
+
+// UC never resends: a PSN seen again is a duplicate of the path, not a
+// retransmission, and not a new message.
+func TestSummaryUCDuplicates(t *testing.T) {
+	const a, b = "192.0.2.1", "192.0.2.2"
+	s := NewSummary()
+	for _, psn := range []uint32{5, 6, 6, 7, 5} {
+		addPacket(t, s, a, b, sendTo(0x70, bth.UCSendOnly, psn))
+	}
+	require.Len(t, s.Flows, 1)
+	f := s.Flows[0]
+	assert.Zero(t, f.Retransmitted)
+	assert.Equal(t, 2, f.Duplicates)
+	assert.Equal(t, 3, f.Messages)
+	assert.Contains(t, f.String(), " retransmitted=0 duplicates=2")
+}
+
+// Frames behind 802.1Q and 802.1ad tags, stacked to any depth, decode.
+func TestDecoderVLANStacks(t *testing.T) {
+	frame, err := encap4().AppendFrame(nil, samplePacket(bth.RCSendOnly, 16))
+	require.NoError(t, err)
+	for _, tpids := range [][]uint16{{0x8100}, {0x88a8, 0x8100}, {0x88a8, 0x8100, 0x8100}, {0x9100, 0x8100}} {
+		f := append([]byte(nil), frame[:12]...)
+		for _, tp := range tpids {
+			f = append(f, byte(tp>>8), byte(tp), 0x00, 0x05)
+		}
+		f = append(f, frame[12:]...)
+		k, r := decodeFrame(t, NewDecoder(), LinkTypeEthernet, f, len(f))
+		require.Equal(t, KindRoCE, k, "tags %#04x", tpids)
+		assert.True(t, r.ICRCChecked && r.ICRCOK, "tags %#04x", tpids)
+		assert.Equal(t, 16, r.PayloadLen)
+	}
+}

@@ -85,8 +85,11 @@ type Flow struct {
 	// Retransmitted counts request and response packets whose PSN is not
 	// after the highest PSN already seen in the flow: go-back-N resends and
 	// duplicates. ACKs and CNPs are not counted: repeating a PSN is their
-	// nature; nor is UD, which never resends.
+	// nature; nor are UD and UC, which never resend.
 	Retransmitted int `json:"retransmitted"`
+	// Duplicates counts UC packets whose PSN is not after the highest
+	// seen: UC never resends, so the path (or the capture) repeated them.
+	Duplicates int `json:"duplicates"`
 	// PayloadBytes adds up the payload lengths on the wire
 	// (Record.PayloadLen), also of packets the capture cut short.
 	PayloadBytes int `json:"payload_bytes"`
@@ -211,7 +214,11 @@ func (s *Summary) Add(k Kind, rec *Record) {
 		}
 		// UD never resends: every datagram is new.
 		isNew = after || !sequenced
-		if !isNew && info.Op != bth.OpAcknowledge && info.Op != bth.OpAtomicAcknowledge {
+		switch {
+		case isNew, info.Op == bth.OpAcknowledge, info.Op == bth.OpAtomicAcknowledge:
+		case tr == bth.TransportUC:
+			f.Duplicates++ // UC never resends: the path repeated it
+		default:
 			f.Retransmitted++
 		}
 	}
@@ -333,6 +340,9 @@ func (f *Flow) String() string {
 	if f.Kind != FlowCNPs {
 		s += fmt.Sprintf(" psn=%d..%d messages=%d payload=%dB retransmitted=%d",
 			f.FirstPSN, f.LastPSN, f.Messages, f.PayloadBytes, f.Retransmitted)
+	}
+	if f.Duplicates > 0 {
+		s += fmt.Sprintf(" duplicates=%d", f.Duplicates)
 	}
 	if f.ACKs+f.NAKs+f.RNRNAKs > 0 {
 		s += fmt.Sprintf(" acks=%d naks=%d rnr_naks=%d", f.ACKs, f.NAKs, f.RNRNAKs)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/binary"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -62,4 +64,17 @@ func TestDecodeCaseFlowTotals(t *testing.T) {
 		assert.NotContains(t, out, "retransmitted=1", c.file)
 		assert.NotContains(t, out, "retransmitted=4", c.file)
 	}
+}
+
+// A bad ICRC's text shows the wire value in tshark's order too.
+func TestDecodeBadICRCByteOrder(t *testing.T) {
+	bad := goodFrame(t, 41, 16)
+	bad[len(bad)-1] ^= 0xFF
+	wire := bad[len(bad)-4:]
+	path := writeTemp(t, "badicrc.pcap", captureBytes(t, bad))
+	code, out, _ := runCLI(t, "decode", path)
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, fmt.Sprintf("icrc=bad(wire=%#08x ", binary.BigEndian.Uint32(wire)))
+	f := decodeJSONFile(t, path)
+	assert.Equal(t, fmt.Sprintf("%#08x", binary.BigEndian.Uint32(wire)), f.Packets[0].ICRC)
 }
