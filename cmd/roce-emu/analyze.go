@@ -7,8 +7,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
+	"time"
+
+	"github.com/roce-emu/roce-emu/bth"
 
 	"github.com/roce-emu/roce-emu/pcap"
 	"github.com/roce-emu/roce-emu/pcap/analyze"
@@ -23,6 +28,9 @@ func runAnalyze(args []string, stdout, stderr io.Writer) int {
 	mtu := fs.Int("mtu", 0, "path MTU in bytes (0: inferred from FIRST and MIDDLE payloads)")
 	minCNP := fs.Duration("min-cnp-interval", 0, "count CNP intervals shorter than this (0: not checked)")
 	bin := fs.Duration("bin", 0, "throughput bin (0: 1ms)")
+	plotDir := fs.String("plot", "", "write pictures to `DIR`: per connection PSN over time (resends and NAKs marked) and throughput, FILE-connN.png")
+	ladder := fs.String("ladder", "", "with --plot, also draw a ladder diagram of frames `FROM-TO` (at most 200 frames), FILE-ladder.png")
+	svg := fs.Bool("svg", false, "with --plot, write SVG instead of PNG")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: roce-emu analyze [--json] [flags] FILE...")
 		fmt.Fprintln(stderr, "\nRebuilds the RoCEv2 connections of pcap or pcapng captures and reports, per")
@@ -65,11 +73,47 @@ func runAnalyze(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg := analyze.Config{MaxConnections: *maxConns, PathMTU: *mtu, MinCNPInterval: *minCNP, Bin: *bin}
+	var lad [2]int
+	if *ladder != "" {
+		if _, err := fmt.Sscanf(*ladder, "%d-%d", &lad[0], &lad[1]); err != nil || lad[0] < 1 || lad[1] < lad[0] || lad[1]-lad[0] >= maxLadder {
+			fmt.Fprintf(stderr, "roce-emu analyze: --ladder %q: want FROM-TO, frame numbers from 1, at most %d frames\n", *ladder, maxLadder)
+			return 2
+		}
+		if *plotDir == "" {
+			fmt.Fprintln(stderr, "roce-emu analyze: --ladder needs --plot DIR")
+			return 2
+		}
+	}
+	if *plotDir != "" {
+		cfg.Points = plotPoints
+		if err := os.MkdirAll(*plotDir, 0o755); err != nil {
+			fmt.Fprintf(stderr, "roce-emu analyze: %v\n", err)
+			return 1
+		}
+	}
+	ext := ".png"
+	if *svg {
+		ext = ".svg"
+	}
 	out := bufio.NewWriter(stdout)
 	defer out.Flush()
 	code := 0
 	for _, name := range files {
-		rep, err := analyzeFile(name, uint16(*port), cfg)
+		rep, frames, err := analyzeFile(name, uint16(*port), cfg, lad)
+		if rep != nil && *plotDir != "" {
+			base := filepath.Join(*plotDir, strings.TrimSuffix(filepath.Base(name), filepath.Ext(name)))
+			for i, c := range rep.Connections {
+				if perr := writeConnPlot(fmt.Sprintf("%s-conn%d%s", base, i+1, ext), c); perr != nil && err == nil {
+					err = perr
+				}
+			}
+			if *ladder != "" {
+				title := fmt.Sprintf("%s frames %d-%d", filepath.Base(name), lad[0], lad[1])
+				if perr := writeLadder(base+"-ladder"+ext, title, frames); perr != nil && err == nil {
+					err = fmt.Errorf("%s: --ladder: %w", name, perr)
+				}
+			}
+		}
 		if rep != nil {
 			if *asJSON {
 				if err := json.NewEncoder(out).Encode(rep); err != nil {
@@ -91,10 +135,10 @@ func runAnalyze(args []string, stdout, stderr io.Writer) int {
 
 // analyzeFile analyzes one capture. A capture that breaks off is reported
 // as far as it was read, with the error.
-func analyzeFile(name string, port uint16, cfg analyze.Config) (*analyze.Report, error) {
+func analyzeFile(name string, port uint16, cfg analyze.Config, lad [2]int) (*analyze.Report, []ladderFrame, error) {
 	r, err := pcap.Open(name)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer r.Close()
 	d := pcap.NewDecoder()
@@ -102,6 +146,8 @@ func analyzeFile(name string, port uint16, cfg analyze.Config) (*analyze.Report,
 	a := analyze.New(cfg)
 	var rec pcap.Record
 	var readErr error
+	var frames []ladderFrame
+	var start time.Time
 	for n := 1; ; n++ {
 		data, ci, lt, err := r.Next()
 		if err == io.EOF {
@@ -117,13 +163,35 @@ func analyzeFile(name string, port uint16, cfg analyze.Config) (*analyze.Report,
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: frame %d: %w", name, n, err)
+			return nil, nil, fmt.Errorf("%s: frame %d: %w", name, n, err)
+		}
+		if n == 1 {
+			start = rec.Time
 		}
 		a.Add(n, k, &rec)
+		if k == pcap.KindRoCE && n >= lad[0] && n <= lad[1] {
+			frames = append(frames, ladderFrame{frame: n, us: float64(rec.Time.Sub(start)) / 1e3,
+				src: rec.Src.String(), dst: rec.Dst.String(), label: ladderLabel(&rec)})
+		}
 	}
 	rep := a.Report()
 	rep.File = name
-	return rep, readErr
+	return rep, frames, readErr
+}
+
+// maxLadder bounds the frames of a ladder diagram.
+const maxLadder = 200
+
+func ladderLabel(rec *pcap.Record) string {
+	p := &rec.Packet
+	s := fmt.Sprintf("%s %d", p.BTH.Opcode, p.BTH.PSN)
+	if p.BTH.Opcode.Info().Ext&bth.ExtAETH != 0 {
+		s += " " + p.AETH.Syndrome.KindName()
+	}
+	if rec.ECN == bth.CE {
+		s += " CE"
+	}
+	return s
 }
 
 // textEpisodes is how many go-back-N episodes the text report lists per

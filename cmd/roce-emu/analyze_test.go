@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -110,4 +112,28 @@ func TestAnalyzeErrors(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.Contains(t, out, "1 RoCEv2 packets")
 	assert.Contains(t, errOut, "truncated")
+}
+
+func TestAnalyzePlots(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	code, _, errOut := runCLI(t, "analyze", "--plot", dir, "--ladder", "1-8", caseFile("messages-count-includes-resends-psn-wrap.pcap"))
+	require.Equal(t, 0, code, errOut)
+	for _, f := range []string{"messages-count-includes-resends-psn-wrap-conn1.png", "messages-count-includes-resends-psn-wrap-ladder.png"} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		require.NoError(t, err)
+		assert.True(t, bytes.HasPrefix(b, []byte("\x89PNG")), f)
+	}
+	code, _, errOut = runCLI(t, "analyze", "--plot", dir, "--svg", caseFile("ud-two-srcqp-one-dqp-spurious-retransmits.pcap"))
+	require.Equal(t, 0, code, errOut)
+	b, err := os.ReadFile(filepath.Join(dir, "ud-two-srcqp-one-dqp-spurious-retransmits-conn2.svg"))
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "<svg")
+
+	code, _, errOut = runCLI(t, "analyze", "--ladder", "5-1", "--plot", dir, caseFile("icrc-field-byte-order-vs-tshark.pcap"))
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "--ladder")
+	code, _, errOut = runCLI(t, "analyze", "--ladder", "1-2", caseFile("icrc-field-byte-order-vs-tshark.pcap"))
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "needs --plot")
 }

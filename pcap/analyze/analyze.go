@@ -48,6 +48,10 @@ type Config struct {
 	MaxBins        int           // throughput bins per connection; 1000 (bins widen beyond)
 	MaxSamples     int           // RTT samples per connection; 65536
 	MaxEvents      int           // episodes, RNR waits and checks listed per connection; 1000
+	// Points is how many PSN-over-time points (Connection.Points, for
+	// pictures) a connection keeps: first sends thinned to fit, resends
+	// and NAKs kept up to as many again; 0: none.
+	Points int
 }
 
 func (c *Config) defaults() {
@@ -205,7 +209,7 @@ func (a *Analyzer) newConn(k reqKey, rec *pcap.Record, epoch int) *conn {
 	}
 	a.seq++
 	c := &conn{id: a.seq, key: k, epoch: epoch, mtu: a.cfg.PathMTU, mtuFixed: a.cfg.PathMTU > 0,
-		messages: map[string]int{}, checkKinds: map[string]int{}, binWidth: a.cfg.Bin, maxSamples: a.cfg.MaxSamples,
+		messages: map[string]int{}, checkKinds: map[string]int{}, binWidth: a.cfg.Bin, maxSamples: a.cfg.MaxSamples, maxPoints: a.cfg.Points,
 		ackHigh: -1 << 62, msnPSN: -1 << 62}
 	if k.tr == bth.TransportUD {
 		c.reqQPN, c.reqQPNKnown = k.srcQP, true

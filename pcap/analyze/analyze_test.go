@@ -454,3 +454,25 @@ func TestJSONKeys(t *testing.T) {
 	assert.Contains(t, rtt, "p99")
 	assert.Equal(t, "32", m.Summary["bytes"])
 }
+
+// PSN-over-time points stay within Config.Points first sends (thinned
+// evenly) plus as many resends and NAKs.
+func TestPointsBounded(t *testing.T) {
+	w := newWire(t, analyze.Config{Points: 4})
+	for i := range 20 {
+		w.send(time.Microsecond, hostA, hostB, bth.ECT0, req(bth.RCSendOnly, uint32(i), 8, false))
+	}
+	for range 10 {
+		w.send(time.Microsecond, hostA, hostB, bth.ECT0, req(bth.RCSendOnly, 3, 8, false))
+	}
+	w.send(time.Microsecond, hostB, hostA, bth.ECT0, ack(3, bth.NAKSyndrome(bth.NAKPSNSequenceError), 3))
+	pts := w.report().Connections[0].Points
+	var n [3]int
+	for _, p := range pts {
+		n[p.Kind]++
+	}
+	assert.LessOrEqual(t, n[analyze.PointSend], 4)
+	assert.GreaterOrEqual(t, n[analyze.PointSend], 2)
+	assert.Equal(t, 4, n[analyze.PointResend]+n[analyze.PointNAK], "resends and NAKs up to Points")
+	assert.Equal(t, int64(0), pts[0].PSN, "PSNs count from the first")
+}

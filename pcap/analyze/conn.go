@@ -69,6 +69,12 @@ type conn struct {
 	rttSeen     int
 	maxSamples  int
 
+	points     []Point
+	maxPoints  int
+	pointEvery int // first sends kept: one in pointEvery
+	sends      int
+	sendPoints int // PointSend points kept
+
 	ce, ceResp int
 	cnps       int
 	cnpFrom    string
@@ -137,6 +143,45 @@ func (c *conn) touch(frame int, t time.Time) {
 		c.lastEventFrame, c.lastEventTime = c.lastFrame, c.lastTime
 	}
 	c.lastFrame, c.lastTime = frame, t
+}
+
+// point keeps a PSN-over-time point: first sends one in pointEvery (the
+// kept ones thinned and pointEvery doubled when maxPoints are kept), the
+// others (resends, NAKs) while fewer than maxPoints of them are kept.
+func (c *conn) point(a *Analyzer, t time.Time, u int64, k PointKind) {
+	if c.maxPoints <= 0 {
+		return
+	}
+	if k == PointSend {
+		c.sends++
+		if c.pointEvery == 0 {
+			c.pointEvery = 1
+		}
+		if c.sends%c.pointEvery != 0 {
+			return
+		}
+		if c.sendPoints >= c.maxPoints {
+			kept, i := c.points[:0], 0
+			for _, p := range c.points {
+				if p.Kind == PointSend {
+					i++
+					if i%2 == 0 {
+						continue
+					}
+				}
+				kept = append(kept, p)
+			}
+			c.points = kept
+			c.sendPoints = (i + 1) / 2
+			c.pointEvery *= 2
+		}
+	} else if len(c.points)-c.sendPoints >= c.maxPoints {
+		return
+	}
+	if k == PointSend {
+		c.sendPoints++
+	}
+	c.points = append(c.points, Point{Us: us(t.Sub(a.start)), PSN: u - c.firstU, Kind: k})
 }
 
 func (c *conn) check(a *Analyzer, frame int, severity, kind, msg string) {
@@ -230,6 +275,7 @@ func (c *conn) request(a *Analyzer, frame int, rec *pcap.Record) {
 			c.inMsg = 0
 		}
 		c.flushEpisode(a)
+		c.point(a, t, u, PointSend)
 		c.checkOpcodeSequence(a, frame, info)
 		c.setHigh(u)
 		c.bytes += uint64(rec.PayloadLen)
@@ -256,6 +302,7 @@ func (c *conn) request(a *Analyzer, frame int, rec *pcap.Record) {
 		return
 	}
 	// A PSN sent before.
+	c.point(a, t, u, PointResend)
 	if c.key.tr != bth.TransportRC {
 		c.dups++ // UC never resends: a duplicate on the path
 		return
@@ -453,6 +500,7 @@ func (c *conn) response(a *Analyzer, frame int, rec *pcap.Record) {
 			c.nak = &nakSeen{frame: frame, t: t, psn: u, rnr: true, code: syn.Value(), idx: len(c.rnr) - 1}
 		}
 	case bth.KindNAK:
+		c.point(a, t, u, PointNAK)
 		c.acked(u-1, t)
 		if syn.NAKCode() == bth.NAKPSNSequenceError && !c.retrying {
 			c.retrying = true
@@ -661,6 +709,7 @@ func (c *conn) report(a *Analyzer) *Connection {
 		BinUs:                us(c.binWidth),
 		Checks:               slices.Clone(c.checks),
 		ChecksByKind:         maps(c.checkKinds),
+		Points:               slices.Clone(c.points),
 	}
 	if r.GBNEpisodes == nil {
 		r.GBNEpisodes = []Episode{}

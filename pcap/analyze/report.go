@@ -122,7 +122,28 @@ type Connection struct {
 	// numbers (up to Config.MaxEvents; ChecksByKind counts all).
 	Checks       []Check        `json:"checks"`
 	ChecksByKind map[string]int `json:"checks_by_kind"`
+	// Points are the PSNs over time, for pictures (Config.Points).
+	Points []Point `json:"-"`
 }
+
+// Point is one packet of a connection in time: a request (first send or
+// resend) at its PSN, or a NAK at the PSN it asks for. PSN counts from the
+// connection's first PSN, across the wrap.
+type Point struct {
+	Us   float64 // from the capture's first frame
+	PSN  int64
+	Kind PointKind
+}
+
+// PointKind tells points apart.
+type PointKind uint8
+
+// Point kinds.
+const (
+	PointSend PointKind = iota
+	PointResend
+	PointNAK
+)
 
 // PSNRange is a range of 24-bit PSNs that may wrap: First..Last, Count
 // PSNs.
