@@ -2,6 +2,7 @@ package pcap
 
 import (
 	"fmt"
+	"net/netip"
 	"sort"
 
 	"github.com/roce-emu/roce-emu/bth"
@@ -38,7 +39,7 @@ type Summary struct {
 	flowIndex map[flowKey]*Flow
 	// reads holds the RC requests flows from one address to another, to
 	// find the one whose READ a response answers.
-	reads map[[2]string][]*Flow
+	reads map[[2]netip.Addr][]*Flow
 }
 
 // Flow is the traffic of one kind from one address to one destination QP
@@ -127,7 +128,7 @@ const (
 )
 
 type flowKey struct {
-	src, dst  string
+	src, dst  netip.Addr
 	qpn       uint32
 	srcQP     uint32 // UD only
 	kind      string
@@ -138,7 +139,7 @@ type flowKey struct {
 func NewSummary() *Summary {
 	return &Summary{Opcodes: map[string]int{}, AETH: map[string]int{}, ECN: map[string]int{},
 		OtherLinkTypes: map[string]int{}, Flows: []*Flow{}, flowIndex: map[flowKey]*Flow{},
-		reads: map[[2]string][]*Flow{}}
+		reads: map[[2]netip.Addr][]*Flow{}}
 }
 
 // AddOtherLinkType counts a frame skipped because its link type is not one
@@ -191,7 +192,7 @@ func (s *Summary) Add(k Kind, rec *Record) {
 		kind = FlowCNPs
 	}
 	tr := op.Transport()
-	key := flowKey{src: rec.Src.String(), dst: rec.Dst.String(), qpn: p.BTH.DestQP, kind: kind, transport: tr}
+	key := flowKey{src: rec.Src, dst: rec.Dst, qpn: p.BTH.DestQP, kind: kind, transport: tr}
 	if info.Ext&bth.ExtDETH != 0 {
 		key.srcQP = p.DETH.SrcQP
 	}
@@ -278,7 +279,7 @@ func newEpoch(f *Flow, psn bth.PSN) bool {
 }
 
 func (s *Summary) newFlow(key flowKey, psn bth.PSN, epoch int) *Flow {
-	f := &Flow{Src: key.src, Dst: key.dst, DestQP: key.qpn, Kind: key.kind, Transport: key.transport.String(),
+	f := &Flow{Src: key.src.String(), Dst: key.dst.String(), DestQP: key.qpn, Kind: key.kind, Transport: key.transport.String(),
 		FirstPSN: uint32(psn), LastPSN: uint32(psn), Epoch: epoch}
 	if key.transport == bth.TransportUD && key.kind == FlowRequests {
 		f.SrcQP = &key.srcQP
@@ -286,7 +287,7 @@ func (s *Summary) newFlow(key flowKey, psn bth.PSN, epoch int) *Flow {
 	s.flowIndex[key] = f
 	s.Flows = append(s.Flows, f)
 	if key.kind == FlowRequests && key.transport == bth.TransportRC {
-		hk := [2]string{key.src, key.dst}
+		hk := [2]netip.Addr{key.src, key.dst}
 		list := s.reads[hk]
 		if epoch > 0 {
 			for i, g := range list {
@@ -305,7 +306,7 @@ func (s *Summary) newFlow(key flowKey, psn bth.PSN, epoch int) *Flow {
 // response at psn answers: the RC requests flow from the response's
 // destination to its source with a READ request that may use psn.
 func (s *Summary) readResponse(rec *Record, psn bth.PSN) {
-	for _, f := range s.reads[[2]string{rec.Dst.String(), rec.Src.String()}] {
+	for _, f := range s.reads[[2]netip.Addr{rec.Dst, rec.Src}] {
 		for _, r := range f.reads {
 			if psn.InRange(r.psn, r.span) {
 				if psn.After(bth.PSN(f.LastPSN)) {

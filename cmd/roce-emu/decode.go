@@ -88,6 +88,8 @@ func decodeFile(name string, port uint16, asJSON, many bool, out *bufio.Writer) 
 	enc := json.NewEncoder(out)
 	var rec pcap.Record
 	var start time.Time
+	var js jsonScratch
+	var line []byte
 	for n := 1; ; n++ {
 		data, ci, lt, err := r.Next()
 		if err == io.EOF {
@@ -117,7 +119,8 @@ func decodeFile(name string, port uint16, asJSON, many bool, out *bufio.Writer) 
 		}
 		rel := rec.Time.Sub(start).Seconds()
 		if asJSON {
-			if err := enc.Encode(jsonRecord(name, n, rel, k, &rec)); err != nil {
+			line = appendJSON(line[:0], js.record(name, n, rel, k, &rec))
+			if _, err := out.Write(line); err != nil {
 				return err
 			}
 		} else {
@@ -273,11 +276,41 @@ type jsonAtomicAk struct {
 	Orig uint64 `json:"orig"`
 }
 
-func ptr[T any](v T) *T { return &v }
+// jsonScratch holds one packet's JSON form and the values its pointers
+// point to, reused from packet to packet.
+type jsonScratch struct {
+	pkt                        jsonPacket
+	opcode, padCnt             uint8
+	dqpn, psn, immDt, ieth     uint32
+	ackReq, se, migReq, icrcOK bool
+	fecn, becn                 bool
+	pkey                       uint16
+	deth                       jsonDETH
+	reth                       jsonRETH
+	atomic                     jsonAtomic
+	aeth                       jsonAETH
+	atomicAck                  jsonAtomicAk
+	icrcFor                    uint32
+	icrcStr                    string
+	addrs                      [2]netip.Addr
+	addrStr                    [2]string
+}
 
-func jsonRecord(file string, n int, rel float64, k pcap.Kind, rec *pcap.Record) *jsonPacket {
-	j := &jsonPacket{File: file, Frame: n, Time: rel, Timestamp: rec.Time, Src: rec.Src.String(), Dst: rec.Dst.String(),
+// addr returns a.String(), kept from the last packet's source (i 0) or
+// destination (i 1): a capture holds few addresses.
+func (s *jsonScratch) addr(i int, a netip.Addr) string {
+	if s.addrStr[i] == "" || s.addrs[i] != a {
+		s.addrs[i], s.addrStr[i] = a, a.String()
+	}
+	return s.addrStr[i]
+}
+
+// record fills s with the JSON form of rec and returns it; it is valid
+// until the next call.
+func (s *jsonScratch) record(file string, n int, rel float64, k pcap.Kind, rec *pcap.Record) *jsonPacket {
+	s.pkt = jsonPacket{File: file, Frame: n, Time: rel, Timestamp: rec.Time, Src: s.addr(0, rec.Src), Dst: s.addr(1, rec.Dst),
 		SPort: rec.SrcPort, DPort: rec.DstPort, TOS: rec.TrafficClass, ECN: rec.ECN.String(), TTL: rec.HopLimit}
+	j := &s.pkt
 	if k == pcap.KindMalformed {
 		j.Error = rec.Err.Error()
 		j.PayloadLen = rec.PayloadLen
@@ -285,44 +318,65 @@ func jsonRecord(file string, n int, rel float64, k pcap.Kind, rec *pcap.Record) 
 	}
 	p := &rec.Packet
 	h := &p.BTH
-	j.Opcode = ptr(uint8(h.Opcode))
+	s.opcode, s.dqpn, s.psn, s.ackReq = uint8(h.Opcode), h.DestQP, uint32(h.PSN), h.AckReq
+	s.se, s.migReq, s.fecn, s.becn = h.SE, h.MigReq, h.FECN, h.BECN
+	s.pkey, s.padCnt = h.PKey, h.PadCnt
+	j.Opcode = &s.opcode
 	j.OpcodeName = h.Opcode.Name()
 	j.OpcodeShort = h.Opcode.String()
-	j.DQPN, j.PSN, j.AckReq = ptr(h.DestQP), ptr(uint32(h.PSN)), ptr(h.AckReq)
-	j.SE, j.MigReq, j.FECN, j.BECN = ptr(h.SE), ptr(h.MigReq), ptr(h.FECN), ptr(h.BECN)
-	j.PKey, j.PadCnt = ptr(h.PKey), ptr(h.PadCnt)
+	j.DQPN, j.PSN, j.AckReq = &s.dqpn, &s.psn, &s.ackReq
+	j.SE, j.MigReq, j.FECN, j.BECN = &s.se, &s.migReq, &s.fecn, &s.becn
+	j.PKey, j.PadCnt = &s.pkey, &s.padCnt
 	j.PayloadLen = rec.PayloadLen
-	j.ICRC = fmt.Sprintf("%#08x", tsharkICRC(p.ICRC))
+	j.ICRC = s.icrcString(tsharkICRC(p.ICRC))
 	if rec.ICRCChecked {
-		j.ICRCOK = ptr(rec.ICRCOK)
+		s.icrcOK = rec.ICRCOK
+		j.ICRCOK = &s.icrcOK
 	}
 	if rec.Fragments > 0 {
 		j.Fragments = rec.Fragments
 	}
 	e := h.Opcode.Info().Ext
 	if e&bth.ExtDETH != 0 {
-		j.DETH = &jsonDETH{p.DETH.QKey, p.DETH.SrcQP}
+		s.deth = jsonDETH{p.DETH.QKey, p.DETH.SrcQP}
+		j.DETH = &s.deth
 	}
 	if e&bth.ExtRETH != 0 {
-		j.RETH = &jsonRETH{p.RETH.VA, p.RETH.RKey, p.RETH.DMALength}
+		s.reth = jsonRETH{p.RETH.VA, p.RETH.RKey, p.RETH.DMALength}
+		j.RETH = &s.reth
 	}
 	if e&bth.ExtAtomicETH != 0 {
-		j.AtomicETH = &jsonAtomic{p.AtomicETH.VA, p.AtomicETH.RKey, p.AtomicETH.SwapAdd, p.AtomicETH.Compare}
+		s.atomic = jsonAtomic{p.AtomicETH.VA, p.AtomicETH.RKey, p.AtomicETH.SwapAdd, p.AtomicETH.Compare}
+		j.AtomicETH = &s.atomic
 	}
 	if e&bth.ExtAETH != 0 {
-		s := p.AETH.Syndrome
-		j.AETH = &jsonAETH{uint8(s), p.AETH.MSN, s.KindName(), s.Value()}
+		syn := p.AETH.Syndrome
+		s.aeth = jsonAETH{uint8(syn), p.AETH.MSN, syn.KindName(), syn.Value()}
+		j.AETH = &s.aeth
 	}
 	if e&bth.ExtAtomicAckETH != 0 {
-		j.AtomicAck = &jsonAtomicAk{uint64(p.AtomicAckETH)}
+		s.atomicAck = jsonAtomicAk{uint64(p.AtomicAckETH)}
+		j.AtomicAck = &s.atomicAck
 	}
 	if e&bth.ExtImmDt != 0 {
-		j.ImmDt = ptr(uint32(p.ImmDt))
+		s.immDt = uint32(p.ImmDt)
+		j.ImmDt = &s.immDt
 	}
 	if e&bth.ExtIETH != 0 {
-		j.IETH = ptr(uint32(p.IETH))
+		s.ieth = uint32(p.IETH)
+		j.IETH = &s.ieth
 	}
 	return j
+}
+
+// icrcString formats v as fmt's %#08x does, keeping the last string for
+// runs of packets with the same ICRC (retransmissions).
+func (s *jsonScratch) icrcString(v uint32) string {
+	if s.icrcStr != "" && s.icrcFor == v {
+		return s.icrcStr
+	}
+	s.icrcFor, s.icrcStr = v, fmt.Sprintf("%#08x", v)
+	return s.icrcStr
 }
 
 func writeSummary(out *bufio.Writer, enc *json.Encoder, asJSON bool, file string, s *pcap.Summary) {
