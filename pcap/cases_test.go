@@ -2,6 +2,7 @@ package pcap
 
 import (
 	"io"
+	"net/netip"
 	"path/filepath"
 	"testing"
 
@@ -292,5 +293,39 @@ func TestDecoderVLANStacks(t *testing.T) {
 		require.Equal(t, KindRoCE, k, "tags %#04x", tpids)
 		assert.True(t, r.ICRCChecked && r.ICRCOK, "tags %#04x", tpids)
 		assert.Equal(t, 16, r.PayloadLen)
+	}
+}
+
+// Each packet's mark in its flow: retransmission (RC), duplicate (UC, and
+// an ACK repeated), out-of-order (a PSN gap), none after a READ's PSNs.
+func TestSummaryMarks(t *testing.T) {
+	const a, b = "192.0.2.1", "192.0.2.2"
+	s := NewSummary()
+	mark := func(src, dst string, p *bth.Packet) Mark {
+		t.Helper()
+		e := encap4()
+		e.Src, e.Dst = netip.MustParseAddr(src), netip.MustParseAddr(dst)
+		frame, err := e.AppendFrame(nil, p)
+		require.NoError(t, err)
+		k, r := decodeFrame(t, NewDecoder(), LinkTypeEthernet, frame, len(frame))
+		return s.Add(k, r)
+	}
+	assert.Equal(t, MarkNone, mark(a, b, sendTo(0x11, bth.RCSendOnly, 10)))
+	assert.Equal(t, MarkOutOfOrder, mark(a, b, sendTo(0x11, bth.RCSendOnly, 13)))
+	assert.Equal(t, MarkRetransmission, mark(a, b, sendTo(0x11, bth.RCSendOnly, 11)))
+	read := sendTo(0x11, bth.RCReadRequest, 14)
+	read.Payload, read.RETH.DMALength = nil, 4096
+	assert.Equal(t, MarkNone, mark(a, b, read))
+	assert.Equal(t, MarkNone, mark(a, b, sendTo(0x11, bth.RCSendOnly, 18)), "the READ used 14..17")
+	assert.Equal(t, MarkNone, mark(a, b, sendTo(0x12, bth.UCSendOnly, 1)))
+	assert.Equal(t, MarkDuplicate, mark(a, b, sendTo(0x12, bth.UCSendOnly, 1)))
+	ack := &bth.Packet{BTH: bth.BTH{Opcode: bth.RCAcknowledge, PKey: bth.DefaultPKey, DestQP: 0x21, PSN: 18},
+		AETH: bth.AETH{Syndrome: bth.SyndromeACKNoCredits, MSN: 3}}
+	assert.Equal(t, MarkNone, mark(b, a, ack))
+	assert.Equal(t, MarkDuplicate, mark(b, a, ack))
+	ack.AETH.Syndrome = bth.NAKSyndrome(bth.NAKPSNSequenceError)
+	assert.Equal(t, MarkNone, mark(b, a, ack), "a NAK after an ACK of the same PSN is not a duplicate")
+	for m, w := range map[Mark]string{MarkNone: "", MarkRetransmission: "retransmission", MarkDuplicate: "duplicate", MarkOutOfOrder: "out-of-order"} {
+		assert.Equal(t, w, m.String())
 	}
 }

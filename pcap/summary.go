@@ -102,7 +102,9 @@ type Flow struct {
 	// LastMSN is the MSN of the last AETH seen, when any.
 	LastMSN *uint32 `json:"last_msn,omitempty"`
 
-	reads []pendingRead // the latest READ requests of a requests flow
+	reads        []pendingRead // the latest READ requests of a requests flow
+	lastACKPSN   uint32        // PSN and syndrome of the last AETH, with LastMSN
+	lastSyndrome bth.Syndrome
 }
 
 // pendingRead is a READ request whose responses may extend its flow's PSN
@@ -154,19 +156,50 @@ func (s *Summary) AddOtherLinkType(lt LinkType) {
 // (Decoder.FragmentsDropped + Decoder.PendingFragments).
 func (s *Summary) SetUnreassembled(n int) { s.Unreassembled = n }
 
-// Add counts one decoded frame.
-func (s *Summary) Add(k Kind, rec *Record) {
+// Mark is what a packet is in its flow, as decode marks it.
+type Mark uint8
+
+// Marks.
+const (
+	MarkNone Mark = iota
+	// MarkRetransmission: an RC request or READ response whose PSN is not
+	// after the flow's highest (a go-back-N resend or a duplicate).
+	MarkRetransmission
+	// MarkDuplicate: a UC packet whose PSN is not new (UC never resends),
+	// or an ACK repeating the flow's last ACK (PSN and MSN).
+	MarkDuplicate
+	// MarkOutOfOrder: an RC or UC request more than one PSN after the
+	// flow's highest: the packets between are not in the capture (lost
+	// before the capture point, or reordered).
+	MarkOutOfOrder
+)
+
+// String returns "", "retransmission", "duplicate" or "out-of-order".
+func (m Mark) String() string {
+	switch m {
+	case MarkRetransmission:
+		return "retransmission"
+	case MarkDuplicate:
+		return "duplicate"
+	case MarkOutOfOrder:
+		return "out-of-order"
+	}
+	return ""
+}
+
+// Add counts one decoded frame and returns its mark in its flow.
+func (s *Summary) Add(k Kind, rec *Record) Mark {
 	s.Frames++
 	switch k {
 	case KindOther:
 		s.NonRoCE++
-		return
+		return MarkNone
 	case KindMalformed:
 		s.Malformed++
-		return
+		return MarkNone
 	case KindFragment:
 		s.IPFragments++
-		return
+		return MarkNone
 	}
 	if rec.Fragments > 0 {
 		s.Reassembled++
@@ -203,24 +236,40 @@ func (s *Summary) Add(k Kind, rec *Record) {
 	}
 	sequenced := kind != FlowCNPs && tr != bth.TransportUD
 	isNew := true
+	mark := MarkNone
 	switch {
 	case f == nil:
 		f = s.newFlow(key, psn, 0)
 	case sequenced && newEpoch(f, psn):
 		f = s.newFlow(key, psn, f.Epoch+1)
 	case kind != FlowCNPs:
-		after := psn.After(bth.PSN(f.LastPSN))
+		gap := psn.Diff(bth.PSN(f.LastPSN))
+		after := gap > 0
+		if after && gap > 1 && sequenced && kind == FlowRequests {
+			mark = MarkOutOfOrder
+			// After a READ the next request comes as many PSNs later as
+			// the READ has response packets.
+			if n := len(f.reads); n > 0 && f.reads[n-1].psn == bth.PSN(f.LastPSN) && int(gap) <= f.reads[n-1].span {
+				mark = MarkNone
+			}
+		}
 		if after {
 			f.LastPSN = uint32(psn)
 		}
 		// UD never resends: every datagram is new.
 		isNew = after || !sequenced
 		switch {
-		case isNew, info.Op == bth.OpAcknowledge, info.Op == bth.OpAtomicAcknowledge:
+		case isNew:
+		case info.Op == bth.OpAcknowledge, info.Op == bth.OpAtomicAcknowledge:
+			if f.LastMSN != nil && psn == bth.PSN(f.lastACKPSN) && p.AETH.MSN == *f.LastMSN && p.AETH.Syndrome == f.lastSyndrome {
+				mark = MarkDuplicate
+			}
 		case tr == bth.TransportUC:
 			f.Duplicates++ // UC never resends: the path repeated it
+			mark = MarkDuplicate
 		default:
 			f.Retransmitted++
+			mark = MarkRetransmission
 		}
 	}
 	if info.Op == bth.OpReadResponse {
@@ -264,7 +313,9 @@ func (s *Summary) Add(k Kind, rec *Record) {
 		}
 		msn := p.AETH.MSN
 		f.LastMSN = &msn
+		f.lastACKPSN, f.lastSyndrome = uint32(psn), syn
 	}
+	return mark
 }
 
 // newEpoch reports whether psn is too far from f's PSNs to belong to the

@@ -78,3 +78,41 @@ func TestDecodeBadICRCByteOrder(t *testing.T) {
 	f := decodeJSONFile(t, path)
 	assert.Equal(t, fmt.Sprintf("%#08x", binary.BigEndian.Uint32(wire)), f.Packets[0].ICRC)
 }
+
+// decode marks each packet's place in its flow and filters by QP and
+// opcode; the summary counts every packet.
+func TestDecodeMarksAndFilters(t *testing.T) {
+	code, out, _ := runCLI(t, "decode", caseFile("messages-count-includes-resends-psn-wrap.pcap"))
+	require.Equal(t, 0, code)
+	lines := strings.Split(out, "\n")
+	for i, l := range lines[:8] {
+		if i == 5 || i == 6 {
+			assert.True(t, strings.HasSuffix(l, " icrc=ok [retransmission]"), l)
+		} else {
+			assert.NotContains(t, l, "[")
+		}
+	}
+	f := decodeJSONFile(t, caseFile("messages-count-includes-resends-psn-wrap.pcap"))
+	require.Len(t, f.Packets, 8)
+	assert.Equal(t, `"retransmission"`, string(f.Packets[5].keys["mark"]))
+	assert.NotContains(t, f.Packets[0].keys, "mark")
+
+	code, out, _ = runCLI(t, "decode", "--qp", "0x22", caseFile("messages-count-includes-resends-psn-wrap.pcap"))
+	require.Equal(t, 0, code)
+	assert.Equal(t, 2, strings.Count(out, "RC_ACKNOWLEDGE dqpn=0x000022"))
+	assert.NotContains(t, out, "RC_SEND_ONLY dqpn")
+	assert.Contains(t, out, "summary: 8 frames, 8 RoCEv2 packets")
+
+	code, out, _ = runCLI(t, "decode", "--opcode", "rc_acknowledge", caseFile("messages-count-includes-resends-psn-wrap.pcap"))
+	require.Equal(t, 0, code)
+	assert.Equal(t, 2, strings.Count(out, "RC_ACKNOWLEDGE dqpn="))
+	code, out, _ = runCLI(t, "decode", "--qp", "256", caseFile("ud-two-srcqp-one-dqp-spurious-retransmits.pcap"))
+	require.Equal(t, 0, code)
+	assert.Equal(t, 5, strings.Count(out, "srcqp=0x000100}"), "a UD packet matches its DETH source QPN")
+
+	for _, bad := range [][]string{{"--qp", "0x1000000"}, {"--qp", "x"}, {"--opcode", "RC_NOPE"}, {"--opcode", "0x7f"}} {
+		code, _, errOut := runCLI(t, append(append([]string{"decode"}, bad...), caseFile("icrc-field-byte-order-vs-tshark.pcap"))...)
+		assert.Equal(t, 2, code, "%v", bad)
+		assert.Contains(t, errOut, bad[0])
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"math/bits"
 	"net/netip"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,8 +23,10 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "write JSON Lines: one object per RoCEv2 packet, then {\"summary\": ...} per file")
 	port := fs.Uint("udp-port", 4791, "UDP destination `port` that marks RoCEv2 packets")
+	qpFlag := fs.String("qp", "", "print only packets to or from `QPN` (destination QPN, or a UD packet's DETH source QPN; 0x for hex); the summary counts all")
+	opFlag := fs.String("opcode", "", "print only packets of `OPCODE` (RC_SEND_ONLY, CNP, ... or a number); the summary counts all")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: roce-emu decode [--json] [--udp-port PORT] FILE...")
+		fmt.Fprintln(stderr, "usage: roce-emu decode [--json] [--udp-port PORT] [--qp QPN] [--opcode OPCODE] FILE...")
 		fmt.Fprintln(stderr, "\nDecodes every RoCEv2 packet (UDP destination port 4791) in pcap or pcapng")
 		fmt.Fprintln(stderr, "captures: addresses, opcode, QPN, PSN, extended headers, payload length, ECN")
 		fmt.Fprintln(stderr, "and whether the ICRC verifies; then a summary of each file.")
@@ -60,11 +63,28 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "roce-emu decode: --udp-port %d: must be 1-65535\n", *port)
 		return 2
 	}
+	var flt packetFilter
+	if *qpFlag != "" {
+		v, err := strconv.ParseUint(*qpFlag, 0, 32)
+		if err != nil || v > bth.PSNMask {
+			fmt.Fprintf(stderr, "roce-emu decode: --qp %q: want a 24-bit QPN\n", *qpFlag)
+			return 2
+		}
+		flt.qp, flt.byQP = uint32(v), true
+	}
+	if *opFlag != "" {
+		op, ok := parseOpcode(*opFlag)
+		if !ok {
+			fmt.Fprintf(stderr, "roce-emu decode: --opcode %q: not an opcode name (RC_SEND_ONLY, UD_SEND_ONLY, CNP, ...) or number\n", *opFlag)
+			return 2
+		}
+		flt.op, flt.byOp = op, true
+	}
 	out := bufio.NewWriter(stdout)
 	defer out.Flush()
 	code := 0
 	for _, name := range files {
-		if err := decodeFile(name, uint16(*port), *asJSON, len(files) > 1, out); err != nil {
+		if err := decodeFile(name, uint16(*port), *asJSON, len(files) > 1, flt, out); err != nil {
 			out.Flush()
 			fmt.Fprintf(stderr, "roce-emu decode: %v\n", err)
 			code = 1
@@ -73,7 +93,45 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-func decodeFile(name string, port uint16, asJSON, many bool, out *bufio.Writer) error {
+// packetFilter chooses the packets decode prints.
+type packetFilter struct {
+	byQP, byOp bool
+	qp         uint32
+	op         bth.Opcode
+}
+
+func (f packetFilter) match(k pcap.Kind, rec *pcap.Record) bool {
+	if !f.byQP && !f.byOp {
+		return true
+	}
+	if k != pcap.KindRoCE {
+		return false
+	}
+	h := &rec.Packet.BTH
+	if f.byOp && h.Opcode != f.op {
+		return false
+	}
+	if f.byQP && h.DestQP != f.qp && !(h.Opcode.Info().Ext&bth.ExtDETH != 0 && rec.Packet.DETH.SrcQP == f.qp) {
+		return false
+	}
+	return true
+}
+
+// parseOpcode takes an ib_pack.h name (RC_SEND_ONLY, any case) or a number.
+func parseOpcode(s string) (bth.Opcode, bool) {
+	if v, err := strconv.ParseUint(s, 0, 8); err == nil {
+		op := bth.Opcode(v)
+		return op, op.Info() != nil
+	}
+	for _, op := range bth.Opcodes() {
+		if strings.EqualFold(op.String(), s) {
+			return op, true
+		}
+	}
+	return 0, false
+}
+
+func decodeFile(name string, port uint16, asJSON, many bool, flt packetFilter, out *bufio.Writer) error {
 	r, err := pcap.Open(name)
 	if err != nil {
 		return err
@@ -113,18 +171,23 @@ func decodeFile(name string, port uint16, asJSON, many bool, out *bufio.Writer) 
 		if err != nil {
 			return fmt.Errorf("%s: frame %d: %w", name, n, err)
 		}
-		sum.Add(k, &rec)
-		if k == pcap.KindOther || k == pcap.KindFragment {
+		mark := sum.Add(k, &rec)
+		if k == pcap.KindOther || k == pcap.KindFragment || !flt.match(k, &rec) {
 			continue
 		}
 		rel := rec.Time.Sub(start).Seconds()
 		if asJSON {
-			line = appendJSON(line[:0], js.record(name, n, rel, k, &rec))
+			j := js.record(name, n, rel, k, &rec)
+			j.Mark = mark.String()
+			line = appendJSON(line[:0], j)
 			if _, err := out.Write(line); err != nil {
 				return err
 			}
 		} else {
 			out.WriteString(textLine(n, rel, k, &rec))
+			if mark != pcap.MarkNone {
+				out.WriteString(" [" + mark.String() + "]")
+			}
 			out.WriteByte('\n')
 		}
 	}
@@ -242,6 +305,7 @@ type jsonPacket struct {
 	ICRC        string        `json:"icrc,omitempty"`
 	ICRCOK      *bool         `json:"icrc_ok"`
 	Fragments   int           `json:"ip_fragments,omitempty"` // IPv4 fragments reassembled into this packet
+	Mark        string        `json:"mark,omitempty"`         // pcap.Mark: retransmission, duplicate, out-of-order
 	DETH        *jsonDETH     `json:"deth,omitempty"`
 	RETH        *jsonRETH     `json:"reth,omitempty"`
 	AtomicETH   *jsonAtomic   `json:"atomiceth,omitempty"`

@@ -79,6 +79,10 @@ func appendJSON(b []byte, j *jsonPacket) []byte {
 		b = append(b, `,"ip_fragments":`...)
 		b = strconv.AppendInt(b, int64(j.Fragments), 10)
 	}
+	if j.Mark != "" {
+		b = append(b, `,"mark":`...)
+		b = appendJSONString(b, j.Mark)
+	}
 	if d := j.DETH; d != nil {
 		b = appendUint(b, `,"deth":{"qkey":`, uint64(d.QKey))
 		b = appendUint(b, `,"srcqp":`, uint64(d.SrcQP))
