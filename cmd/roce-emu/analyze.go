@@ -218,6 +218,21 @@ func writeAnalysis(out *bufio.Writer, rep *analyze.Report, many bool) {
 	if s.UnmatchedResponses+s.UnmatchedCNPs > 0 {
 		fmt.Fprintf(out, "unmatched: %d responses, %d CNPs (their requests are not in the capture)\n", s.UnmatchedResponses, s.UnmatchedCNPs)
 	}
+	if len(s.CNPPorts) > 0 {
+		keys := make([]string, 0, len(s.CNPPorts))
+		for k := range s.CNPPorts {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			p := s.CNPPorts[k]
+			fmt.Fprintf(out, "CNPs from %s: %d, shortest interval %.1f us", k, p.CNPs, p.IntervalMinUs)
+			if p.UnderMin > 0 {
+				fmt.Fprintf(out, ", %d under the minimum interval", p.UnderMin)
+			}
+			out.WriteByte('\n')
+		}
+	}
 	if len(s.UnmatchedCNPsTo) > 0 {
 		fmt.Fprintf(out, "unmatched CNPs by destination QP:%s\n", counts(s.UnmatchedCNPsTo))
 	}
@@ -236,6 +251,9 @@ func writeAnalysis(out *bufio.Writer, rep *analyze.Report, many bool) {
 		}
 		if c.PathMTU > 0 {
 			fmt.Fprintf(out, ", path MTU %d", c.PathMTU)
+		}
+		if c.CMStartingPSN != nil {
+			fmt.Fprintf(out, ", CM starting PSN %d", *c.CMStartingPSN)
 		}
 		out.WriteByte('\n')
 		if c.Transport == "RC" {

@@ -102,13 +102,16 @@ type Analyzer struct {
 	last     time.Time
 	started  bool
 	doneKept int
+	cmReqs   map[cmREQ]cmREQInfo // CM REQs waiting for their REP
+	cm       map[cmKey]cmSide    // what the CM told about each direction
 }
 
 // New returns an Analyzer.
 func New(cfg Config) *Analyzer {
 	cfg.defaults()
 	return &Analyzer{cfg: cfg, conns: map[reqKey]*conn{}, bound: map[respKey]*conn{},
-		sum: Summary{OtherLinkTypes: map[string]int{}, UnmatchedCNPsTo: map[string]int{}}}
+		sum:    Summary{OtherLinkTypes: map[string]int{}, UnmatchedCNPsTo: map[string]int{}, CNPPorts: map[string]*CNPPort{}},
+		cmReqs: map[cmREQ]cmREQInfo{}, cm: map[cmKey]cmSide{}}
 }
 
 // AddOtherLinkType counts frame, skipped because its link type is not one
@@ -152,6 +155,7 @@ func (a *Analyzer) Add(frame int, k pcap.Kind, rec *pcap.Record) {
 	var c *conn
 	switch info.Op {
 	case bth.OpCNP:
+		a.cnpPort(rec)
 		c = a.cnpConn(rec)
 		if c == nil {
 			a.sum.UnmatchedCNPs++
@@ -170,12 +174,39 @@ func (a *Analyzer) Add(frame int, k pcap.Kind, rec *pcap.Record) {
 		}
 		c.response(a, frame, rec)
 	default:
+		if info.Ext&bth.ExtDETH != 0 {
+			a.cmMAD(rec.Src, rec.Dst, p)
+		}
 		c = a.reqConn(frame, rec)
 		c.request(a, frame, rec)
 	}
 	if badICRC {
 		c.check(a, frame, "error", "ICRC", fmt.Sprintf("ICRC %#08x, the packet gives %#08x", p.ICRC, rec.ICRCComputed))
 	}
+}
+
+// cnpPort counts a CNP in the stream of the address that sent it.
+func (a *Analyzer) cnpPort(rec *pcap.Record) {
+	k := rec.Src.String()
+	p := a.sum.CNPPorts[k]
+	if p == nil {
+		if len(a.sum.CNPPorts) >= a.cfg.MaxConnections {
+			return
+		}
+		p = &CNPPort{}
+		a.sum.CNPPorts[k] = p
+	}
+	p.CNPs++
+	if p.CNPs > 1 {
+		d := us(rec.Time.Sub(p.last))
+		if p.CNPs == 2 || d < p.IntervalMinUs {
+			p.IntervalMinUs = d
+		}
+		if a.cfg.MinCNPInterval > 0 && rec.Time.Sub(p.last) < a.cfg.MinCNPInterval {
+			p.UnderMin++
+		}
+	}
+	p.last = rec.Time
 }
 
 func (a *Analyzer) reqConn(frame int, rec *pcap.Record) *conn {
@@ -213,6 +244,13 @@ func (a *Analyzer) newConn(k reqKey, rec *pcap.Record, epoch int) *conn {
 		ackHigh: -1 << 62, msnPSN: -1 << 62}
 	if k.tr == bth.TransportUD {
 		c.reqQPN, c.reqQPNKnown = k.srcQP, true
+	}
+	if cm, ok := a.cm[cmKey{k.req, k.resp, k.respQPN}]; ok && k.tr == bth.TransportRC {
+		// The CM named the requester's QPN: its responses are bound now.
+		c.reqQPN, c.reqQPNKnown = cm.reqQPN, true
+		c.cmPSN = &cm.firstPSN
+		a.bound[respKey{resp: k.resp, req: k.req, reqQPN: cm.reqQPN}] = c
+		delete(a.cm, cmKey{k.req, k.resp, k.respQPN})
 	}
 	a.conns[k] = c
 	return c
@@ -327,6 +365,11 @@ func (a *Analyzer) Report() *Report {
 	r := &Report{Connections: make([]*Connection, 0, len(all)), Summary: a.sum}
 	r.Summary.OtherLinkTypes = maps(a.sum.OtherLinkTypes)
 	r.Summary.UnmatchedCNPsTo = maps(a.sum.UnmatchedCNPsTo)
+	r.Summary.CNPPorts = make(map[string]*CNPPort, len(a.sum.CNPPorts))
+	for k, p := range a.sum.CNPPorts {
+		q := *p
+		r.Summary.CNPPorts[k] = &q
+	}
 	if a.started {
 		r.Summary.DurationUs = us(a.last.Sub(a.start))
 	}

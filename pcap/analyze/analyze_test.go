@@ -151,6 +151,8 @@ func TestCaptureRxeRDMACM(t *testing.T) {
 	}
 	assert.Empty(t, c.Checks)
 	assert.Equal(t, 2, c.RTT.Samples, "the WRITE's ACK and the READ's first response")
+	require.NotNil(t, c.CMStartingPSN)
+	assert.Equal(t, uint32(0x8c84dd), *c.CMStartingPSN, "the REP's starting PSN")
 }
 
 func TestCaptureHuawei(t *testing.T) {
@@ -371,6 +373,9 @@ func TestCNPsAndCE(t *testing.T) {
 	assert.Equal(t, analyze.Check{Frame: badFrame, Severity: "warning", Kind: "CNP fields",
 		Message: "CNP with BECN=false FECN=false (a CNP sets BECN only)"}, c.Checks[0])
 	assert.Equal(t, 6, rep.Summary.CEMarked)
+	require.Contains(t, rep.Summary.CNPPorts, hostB)
+	p := rep.Summary.CNPPorts[hostB]
+	assert.Equal(t, []any{4, 21.0, 2}, []any{p.CNPs, p.IntervalMinUs, p.UnderMin}, "the port's stream, the bad CNP included")
 }
 
 func TestChecks(t *testing.T) {
@@ -475,4 +480,59 @@ func TestPointsBounded(t *testing.T) {
 	assert.GreaterOrEqual(t, n[analyze.PointSend], 2)
 	assert.Equal(t, 4, n[analyze.PointResend]+n[analyze.PointNAK], "resends and NAKs up to Points")
 	assert.Equal(t, int64(0), pts[0].PSN, "PSNs count from the first")
+}
+
+// cmMAD builds a CM REQ or REP MAD in a UD SEND_ONLY to QP1.
+func cmMAD(attr uint16, local, remote uint32, qpn, psn uint32) *bth.Packet {
+	m := make([]byte, 256)
+	m[0], m[1], m[2], m[3] = 1, 0x07, 2, 3
+	m[16], m[17] = byte(attr>>8), byte(attr)
+	d := m[24:]
+	put24 := func(b []byte, v uint32) { b[0], b[1], b[2] = byte(v>>16), byte(v>>8), byte(v) }
+	d[0], d[1], d[2], d[3] = byte(local>>24), byte(local>>16), byte(local>>8), byte(local)
+	if attr == 0x0010 {
+		put24(d[32:], qpn)
+		put24(d[44:], psn)
+	} else {
+		d[4], d[5], d[6], d[7] = byte(remote>>24), byte(remote>>16), byte(remote>>8), byte(remote)
+		put24(d[12:], qpn)
+		put24(d[20:], psn)
+	}
+	return &bth.Packet{BTH: bth.BTH{Opcode: bth.UDSendOnly, PKey: bth.DefaultPKey, DestQP: 1, PSN: 1},
+		DETH: bth.DETH{QKey: bth.GSIQKey, SrcQP: 1}, Payload: m}
+}
+
+// The CM's REQ and REP pair the two QPs before any response: with two
+// connections between the same hosts, each response goes to its own; a
+// first PSN other than the CM's is a check.
+func TestCMPairing(t *testing.T) {
+	w := newWire(t, analyze.Config{})
+	w.send(0, hostA, hostB, bth.ECT0, cmMAD(0x0010, 0x1111, 0, 0xA1, 500)) // A's QP 0xA1
+	w.send(time.Microsecond, hostB, hostA, bth.ECT0, cmMAD(0x0013, 0x2222, 0x1111, 0xB1, 900))
+	w.send(0, hostA, hostB, bth.ECT0, cmMAD(0x0010, 0x3333, 0, 0xA2, 100)) // A's QP 0xA2
+	w.send(time.Microsecond, hostB, hostA, bth.ECT0, cmMAD(0x0013, 0x4444, 0x3333, 0xB2, 200))
+	w.send(time.Microsecond, hostA, hostB, bth.ECT0, req(bth.RCSendOnly, 900, 8, true)) // to 0xB1, at the REP's PSN
+	p := req(bth.RCSendOnly, 7, 8, true)                                                // to 0xB2, not at 200
+	p.BTH.DestQP = 0xB2
+	bad := w.send(time.Microsecond, hostA, hostB, bth.ECT0, p)
+	a2 := ack(7, bth.SyndromeACKNoCredits, 1)
+	a2.BTH.DestQP = 0xA2
+	w.send(time.Microsecond, hostB, hostA, bth.ECT0, a2)
+	w.send(time.Microsecond, hostB, hostA, bth.ECT0, ack(900, bth.SyndromeACKNoCredits, 1))
+	var rc []*analyze.Connection
+	for _, c := range w.report().Connections {
+		if c.Transport == "RC" {
+			rc = append(rc, c)
+		}
+	}
+	require.Len(t, rc, 2)
+	assert.Equal(t, "192.0.2.1/0x0000a1", rc[0].Requester)
+	assert.Equal(t, "192.0.2.2/0x0000b1", rc[0].Responder)
+	assert.Equal(t, uint32(900), *rc[0].CMStartingPSN)
+	assert.Empty(t, rc[0].Checks)
+	assert.Equal(t, 1, rc[0].ACKs)
+	assert.Equal(t, "192.0.2.1/0x0000a2", rc[1].Requester)
+	assert.Equal(t, 1, rc[1].ACKs)
+	require.Len(t, rc[1].Checks, 1)
+	assert.Equal(t, analyze.Check{Frame: bad, Severity: "warning", Kind: "CM starting PSN", Message: "first PSN 7, the CM's starting PSN 200"}, rc[1].Checks[0])
 }

@@ -17,6 +17,7 @@ type conn struct {
 
 	reqQPN      uint32
 	reqQPNKnown bool
+	cmPSN       *bth.PSN // the starting PSN the CM gave this requester
 
 	firstFrame, lastFrame int
 	firstTime, lastTime   time.Time
@@ -259,6 +260,9 @@ func (c *conn) request(a *Analyzer, frame int, rec *pcap.Record) {
 		c.sent = true
 		c.high, c.highPSN = int64(h.PSN)-1, h.PSN.Add(-1)
 		c.firstU = int64(h.PSN)
+		if c.cmPSN != nil && *c.cmPSN != h.PSN {
+			c.check(a, frame, "warning", "CM starting PSN", fmt.Sprintf("first PSN %d, the CM's starting PSN %d", h.PSN, *c.cmPSN))
+		}
 	}
 	u := c.unwrap(h.PSN)
 	if u > c.high {
@@ -709,6 +713,7 @@ func (c *conn) report(a *Analyzer) *Connection {
 		BinUs:                us(c.binWidth),
 		Checks:               slices.Clone(c.checks),
 		ChecksByKind:         maps(c.checkKinds),
+		CMStartingPSN:        (*uint32)(c.cmPSN),
 		Points:               slices.Clone(c.points),
 	}
 	if r.GBNEpisodes == nil {

@@ -1,5 +1,7 @@
 package analyze
 
+import "time"
+
 // Report is what Analyzer found in one capture: one entry per connection
 // (per requester: a connection whose two sides both send requests shows as
 // two entries, requester and responder swapped, since each requester has
@@ -43,6 +45,19 @@ type Summary struct {
 	CEMarked             int            `json:"ce_marked"`
 	CNPs                 int            `json:"cnps"`
 	Checks               int            `json:"checks"`
+	// CNPPorts are the CNPs by the address that sent them (the
+	// notification point's port), all QPs together, for up to
+	// MaxConnections addresses: how many, the shortest interval, and how
+	// many intervals were under Config.MinCNPInterval.
+	CNPPorts map[string]*CNPPort `json:"cnp_ports"`
+}
+
+// CNPPort is the CNP stream one address sent.
+type CNPPort struct {
+	CNPs          int     `json:"cnps"`
+	IntervalMinUs float64 `json:"interval_min_us"`
+	UnderMin      int     `json:"under_min_interval"`
+	last          time.Time
 }
 
 // Connection is one requester's traffic to one responder QP, and the
@@ -122,6 +137,10 @@ type Connection struct {
 	// numbers (up to Config.MaxEvents; ChecksByKind counts all).
 	Checks       []Check        `json:"checks"`
 	ChecksByKind map[string]int `json:"checks_by_kind"`
+	// CMStartingPSN is the starting PSN the CM (a REQ and its REP) gave
+	// this requester, when the capture holds them; a first PSN other than
+	// it is a "CM starting PSN" check.
+	CMStartingPSN *uint32 `json:"cm_starting_psn,omitempty"`
 	// Points are the PSNs over time, for pictures (Config.Points).
 	Points []Point `json:"-"`
 }
@@ -205,6 +224,6 @@ type Bin struct {
 type Check struct {
 	Frame    int    `json:"frame"`
 	Severity string `json:"severity"` // "warning" or "error"
-	Kind     string `json:"kind"`     // "opcode sequence", "PSN sequence", "pad count", "path MTU", "MSN order", "ICRC", "CNP fields", "READ length"
+	Kind     string `json:"kind"`     // "opcode sequence", "PSN sequence", "pad count", "path MTU", "MSN order", "ICRC", "CNP fields", "READ length", "CM starting PSN"
 	Message  string `json:"message"`
 }
