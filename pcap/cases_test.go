@@ -329,3 +329,18 @@ func TestSummaryMarks(t *testing.T) {
 		assert.Equal(t, w, m.String())
 	}
 }
+
+// The flows a Summary tracks are bounded; packets beyond are counted.
+func TestSummaryMaxFlows(t *testing.T) {
+	const a, b = "192.0.2.1", "192.0.2.2"
+	s := NewSummary()
+	s.MaxFlows = 2
+	for q := range uint32(4) {
+		addPacket(t, s, a, b, sendTo(0x80+q, bth.RCSendOnly, 1))
+	}
+	addPacket(t, s, a, b, sendTo(0x80, bth.RCSendOnly, 2))
+	assert.Len(t, s.Flows, 2)
+	assert.Equal(t, 2, s.FlowsNotTracked)
+	assert.Equal(t, 5, s.RoCE)
+	assert.Equal(t, 2, s.Flows[0].Packets)
+}

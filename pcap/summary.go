@@ -35,6 +35,12 @@ type Summary struct {
 	AETH          map[string]int `json:"aeth_kinds"`
 	ECN           map[string]int `json:"ecn"`
 	Flows         []*Flow        `json:"flows"` // in order of first appearance
+	// FlowsNotTracked counts packets that would have started a flow
+	// beyond MaxFlows: they are in the totals above, in no flow.
+	FlowsNotTracked int `json:"flows_not_tracked"`
+	// MaxFlows bounds Flows (0: DefaultMaxFlows), so that memory stays
+	// bounded whatever the capture.
+	MaxFlows int `json:"-"`
 
 	flowIndex map[flowKey]*Flow
 	// reads holds the RC requests flows from one address to another, to
@@ -117,6 +123,9 @@ type pendingRead struct {
 
 // maxPendingReads bounds the READ requests a flow remembers.
 const maxPendingReads = 16
+
+// DefaultMaxFlows is the number of flows a Summary tracks by default.
+const DefaultMaxFlows = 65536
 
 // EpochGap is how far (in PSNs) before a flow's first PSN or after its
 // highest a packet must be to start a new epoch (a QPN reused).
@@ -237,11 +246,26 @@ func (s *Summary) Add(k Kind, rec *Record) Mark {
 	sequenced := kind != FlowCNPs && tr != bth.TransportUD
 	isNew := true
 	mark := MarkNone
+	epoch := -1
 	switch {
 	case f == nil:
-		f = s.newFlow(key, psn, 0)
+		epoch = 0
 	case sequenced && newEpoch(f, psn):
-		f = s.newFlow(key, psn, f.Epoch+1)
+		epoch = f.Epoch + 1
+	}
+	if epoch >= 0 {
+		limit := s.MaxFlows
+		if limit <= 0 {
+			limit = DefaultMaxFlows
+		}
+		if len(s.Flows) >= limit {
+			s.FlowsNotTracked++
+			return MarkNone
+		}
+	}
+	switch {
+	case epoch >= 0:
+		f = s.newFlow(key, psn, epoch)
 	case kind != FlowCNPs:
 		gap := psn.Diff(bth.PSN(f.LastPSN))
 		after := gap > 0

@@ -464,6 +464,9 @@ func writeSummary(out *bufio.Writer, enc *json.Encoder, asJSON bool, file string
 	for _, f := range s.Flows {
 		fmt.Fprintf(out, "  flow %s\n", f)
 	}
+	if s.FlowsNotTracked > 0 {
+		fmt.Fprintf(out, "  %d packets in flows beyond the %d tracked\n", s.FlowsNotTracked, len(s.Flows))
+	}
 }
 
 func writeCounts(out *bufio.Writer, label string, m map[string]int) {
