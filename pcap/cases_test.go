@@ -344,3 +344,22 @@ func TestSummaryMaxFlows(t *testing.T) {
 	assert.Equal(t, 5, s.RoCE)
 	assert.Equal(t, 2, s.Flows[0].Packets)
 }
+
+// Every pcapng block kind the reader does not use (name resolution,
+// decryption secrets, custom, systemd journal, and unknown types) is
+// skipped, with the packets around it read.
+func TestReaderOtherBlockKinds(t *testing.T) {
+	f := frameOf(t, 1, 8)
+	nrb := []byte{1, 0, 8, 0, 192, 0, 2, 1, 'h', 'o', 's', 't', 0, 0, 0, 0, 0, 0, 0, 0} // IPv4 record "host", end
+	w := newNg(le).shb().idb(1, 0).epb(0, 1, f)
+	w.block(4, nrb)                                       // name resolution
+	w.block(0x0A, []byte{'T', 'L', 'S', 'K', 0, 0, 0, 0}) // decryption secrets, empty
+	w.block(0x00000BAD, []byte{0x7e, 0x13, 0, 0, 1, 2, 3, 4})
+	w.block(0x40000BAD, []byte{0x7e, 0x13, 0, 0})
+	w.block(9, []byte("journal entry"))
+	w.block(0x12345, []byte{1, 2, 3, 4})
+	w.epb(0, 2, f)
+	res := readAll(t, w.b)
+	require.NoError(t, res.err)
+	assert.Len(t, res.frames, 2)
+}
