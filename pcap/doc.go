@@ -22,7 +22,10 @@
 //   - Summary: the counts that `roce-emu decode` prints, per flow: resends
 //     not counted as messages, UD keyed by DETH source QPN, epochs when a
 //     QPN is reused, frames of other pcapng link types and IP fragments
-//     counted.
+//     counted, at most MaxFlows flows; Add returns each packet's Mark in
+//     its flow (retransmission, duplicate, out-of-order).
+//   - Package analyze (pcap/analyze) rebuilds connections and what
+//     happened on each: what `roce-emu analyze` prints.
 //
 // Known gap: pcapng timestamps in binary units (if_tsresol 0x80|n, 2^-n s)
 // are converted by gopacket with integer factors and lose precision: up to
