@@ -7,7 +7,7 @@
 # RUNS runs (default 3) and the ratios.
 #
 # usage: [RUNS=3] scripts/bench-analyze.sh [MESSAGES_PER_CONNECTION]   (default 1000)
-# needs: go, tshark (Wireshark 4.0 or later)
+# needs: go, tshark (Wireshark 4.0 or later), GNU time (/usr/bin/time), bc
 set -euo pipefail
 cd "$(dirname "$0")/.."
 msgs=${1:-1000}
@@ -19,21 +19,24 @@ go build -o "$dir/gencap" ./internal/cmd/gencap
 ls -l "$dir/bench.pcap" | awk '{printf "capture: %d bytes\n", $5}'
 command -v tshark >/dev/null || { echo "tshark is not installed (apt-get install tshark)"; exit 1; }
 
-# run NAME CMD...: the shortest wall-clock seconds of CMD over RUNS runs
-# (default 3; the machine may be shared), output discarded, cache warm.
+# run NAME CMD...: the shortest wall-clock and the shortest CPU (user +
+# system) seconds of CMD over RUNS runs (default 3), output discarded, page
+# cache warm. On a shared machine the CPU seconds are the steadier figure;
+# the ratios below use them.
 runs=${RUNS:-3}
 run() {
 	local name=$1; shift
 	"$@" >/dev/null 2>&1 || true # warm the page cache
-	local best="" t0 t1 d
+	local wall="" cpu="" t w c
 	for _ in $(seq "$runs"); do
-		t0=$(date +%s.%N)
-		"$@" >/dev/null 2>&1
-		t1=$(date +%s.%N)
-		d=$(echo "$t1 - $t0" | bc)
-		if [ -z "$best" ] || [ "$(echo "$d < $best" | bc)" = 1 ]; then best=$d; fi
+		/usr/bin/time -o "$dir/time" -f "%e %U %S" "$@" >/dev/null 2>&1
+		t=$(tail -1 "$dir/time")
+		w=$(echo "$t" | awk '{print $1}')
+		c=$(echo "$t" | awk '{print $2 + $3}')
+		if [ -z "$wall" ] || [ "$(echo "$w < $wall" | bc)" = 1 ]; then wall=$w; fi
+		if [ -z "$cpu" ] || [ "$(echo "$c < $cpu" | bc)" = 1 ]; then cpu=$c; fi
 	done
-	echo "$name $best"
+	echo "$name wall=$wall cpu=$cpu"
 }
 f="$dir/bench.pcap"
 ts=(-o infiniband.rroce.port:4791 --disable-heuristic rpcrdma_infiniband --disable-heuristic eth_over_ib --disable-heuristic mellanox_eoib)
@@ -45,8 +48,8 @@ results=$(
 	run tshark_fields tshark "${ts[@]}" -r "$f" -T fields -e infiniband.bth.opcode -e infiniband.bth.destqp -e infiniband.bth.psn -e infiniband.aeth.syndrome
 )
 echo "$results"
-get() { echo "$results" | awk -v n="$1" '$1 == n {print $2}'; }
-echo "analyze vs tshark -q -z io,stat,0: $(echo "scale=1; $(get tshark_iostat) / $(get analyze)" | bc)x faster"
-echo "decode --json vs tshark -T fields: $(echo "scale=1; $(get tshark_fields) / $(get decode_json)" | bc)x faster"
-echo "decode vs tshark -T fields: $(echo "scale=1; $(get tshark_fields) / $(get decode)" | bc)x faster"
+get() { echo "$results" | awk -v n="$1" '$1 == n {sub("cpu=", "", $3); print $3}'; }
+echo "analyze vs tshark -q -z io,stat,0: $(echo "scale=1; $(get tshark_iostat) / $(get analyze)" | bc)x less CPU time"
+echo "decode --json vs tshark -T fields: $(echo "scale=1; $(get tshark_fields) / $(get decode_json)" | bc)x less CPU time"
+echo "decode vs tshark -T fields: $(echo "scale=1; $(get tshark_fields) / $(get decode)" | bc)x less CPU time"
 "$dir/roce-emu" analyze --json "$f" | python3 -c 'import json,sys; r=json.load(sys.stdin); print("analyze found", r["summary"]["gbn_episodes"], "go-back-N episodes,", r["summary"]["frames"], "frames")' 2>/dev/null || true
