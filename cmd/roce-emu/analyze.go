@@ -266,6 +266,10 @@ func writeAnalysis(out *bufio.Writer, rep *analyze.Report, many bool) {
 					fmt.Fprintf(out, "    ... %d more (--json lists them)\n", len(c.GBNEpisodes)-j)
 					break
 				}
+				if e.FirstResendFrame == 0 {
+					fmt.Fprintf(out, "    %-8s frame %d: gone back again before any resend\n", e.Cause, e.StartFrame)
+					continue
+				}
 				fmt.Fprintf(out, "    %-8s frame %d -> resend frame %d after %.1f us: from PSN %d (%s), %d packets, %d bytes\n",
 					e.Cause, e.StartFrame, e.FirstResendFrame, e.DelayUs, e.FromPSN, e.ResendFrom, e.PacketsResent, e.BytesResent)
 			}

@@ -190,7 +190,9 @@ type Episode struct {
 	BytesResent      uint64  `json:"bytes_resent,string"`
 	// ResendFrom is where in its message the first resent packet is:
 	// "FIRST", "MIDDLE", "LAST", "ONLY" (a whole message again) or
-	// "REQUEST" (a READ request or an atomic).
+	// "REQUEST" (a READ request or an atomic); "none" for an episode the
+	// requester began and superseded with another before resending
+	// anything (FirstResendFrame 0).
 	ResendFrom string `json:"resend_from"`
 }
 
