@@ -25,7 +25,7 @@ const (
 	// KindMalformed: a UDP datagram to port 4791 whose transport headers did
 	// not decode; Record.Err says why.
 	KindMalformed
-	// KindFragment: an IPv4 fragment of a UDP datagram, held for
+	// KindFragment: an IPv4 or IPv6 fragment of a UDP datagram, held for
 	// reassembly (or one that cannot be: cut by the snapshot length, or
 	// too long). The frame whose fragment completes a datagram is decoded
 	// as the whole datagram, with Record.Fragments set, as tshark decodes
@@ -64,7 +64,7 @@ type Record struct {
 	ICRCChecked  bool
 	ICRCOK       bool
 	ICRCComputed uint32 // the ICRC the headers and bytes give, when checked
-	// Fragments is the number of frames holding IPv4 fragments the
+	// Fragments is the number of frames holding IP fragments the
 	// datagram was reassembled from (duplicates included); 0 for a
 	// datagram that came whole. IPHeader is then
 	// the first fragment's header with the total length of the whole
@@ -265,6 +265,9 @@ func (d *Decoder) Decode(data []byte, ci gopacket.CaptureInfo, lt LinkType, rec 
 	if next == gopacket.LayerTypeFragment && rec.Src.Is4() && len(rec.IPHeader) >= 20 && d.ip4.Version == 4 {
 		return d.fragment(data, ci, rec)
 	}
+	if next == layers.LayerTypeIPv6Fragment && !ext6 && len(udpBytes) >= 8 {
+		return d.fragment6(data, ci, rec, udpBytes)
+	}
 	port := d.Port
 	if port == 0 {
 		port = bth.UDPPort
@@ -351,6 +354,36 @@ func (d *Decoder) fragment(data []byte, ci gopacket.CaptureInfo, rec *Record) (K
 	if len(data) < ci.Length || len(ip.Payload) != int(ip.Length)-len(ip.Contents) {
 		return KindFragment, nil // cut by the snapshot length, or lengths that lie
 	}
+	d.fragDefaults()
+	key := fragKey{rec.Src, rec.Dst, uint32(ip.Id), uint8(ip.Protocol)}
+	whole, n := d.frag.fragment(key, ip.Contents, ip.Payload, int(ip.FragOffset)*8,
+		ip.Flags&layers.IPv4MoreFragments != 0, ci.Timestamp)
+	return d.reassembled(whole, n, ci, rec, LinkTypeIPv4)
+}
+
+// fragment6 handles an IPv6 fragment whose Fragment header (RFC 8200
+// section 4.5) follows the fixed header: UDP fragments are held, and the
+// one that completes a datagram decodes it, as the IPv6 datagram without
+// the Fragment header.
+func (d *Decoder) fragment6(data []byte, ci gopacket.CaptureInfo, rec *Record, fh []byte) (Kind, error) {
+	// Next Header (1), reserved (1), offset (13 bits) | res (2) | M (1),
+	// Identification (4).
+	if layers.IPProtocol(fh[0]) != layers.IPProtocolUDP {
+		return KindOther, nil
+	}
+	if len(data) < ci.Length || len(d.ip6.Payload) != int(d.ip6.Length) {
+		return KindFragment, nil
+	}
+	d.fragDefaults()
+	hdr := append(d.frag.hdr6[:0], d.ip6.Contents...)
+	hdr[6] = fh[0] // the Fragment header goes: its Next Header takes its place
+	off := int(binary.BigEndian.Uint16(fh[2:]) &^ 7)
+	key := fragKey{rec.Src, rec.Dst, binary.BigEndian.Uint32(fh[4:]), fh[0]}
+	whole, n := d.frag.fragment(key, hdr, fh[8:], off, fh[3]&1 != 0, ci.Timestamp)
+	return d.reassembled(whole, n, ci, rec, LinkTypeIPv6)
+}
+
+func (d *Decoder) fragDefaults() {
 	if d.frag.max == 0 {
 		d.frag.max = d.MaxFragmented
 		if d.frag.max <= 0 {
@@ -361,17 +394,18 @@ func (d *Decoder) fragment(data []byte, ci gopacket.CaptureInfo, rec *Record) (K
 			d.frag.timeout = DefaultFragmentTimeout
 		}
 	}
-	key := fragKey{rec.Src, rec.Dst, ip.Id, uint8(ip.Protocol)}
-	whole, n := d.frag.fragment(key, ip.Contents, ip.Payload, int(ip.FragOffset)*8,
-		ip.Flags&layers.IPv4MoreFragments != 0, ci.Timestamp)
+}
+
+// reassembled decodes a datagram reassembled in the frame rec describes.
+func (d *Decoder) reassembled(whole []byte, n int, ci gopacket.CaptureInfo, rec *Record, lt LinkType) (Kind, error) {
 	if whole == nil {
 		return KindFragment, nil
 	}
 	frame := *rec
-	k, err := d.Decode(whole, gopacket.CaptureInfo{Timestamp: ci.Timestamp, CaptureLength: len(whole), Length: len(whole)}, LinkTypeIPv4, rec)
+	k, err := d.Decode(whole, gopacket.CaptureInfo{Timestamp: ci.Timestamp, CaptureLength: len(whole), Length: len(whole)}, lt, rec)
 	rec.CaptureLength, rec.Length = frame.CaptureLength, frame.Length
 	rec.Fragments = n
-	if k == KindRoCE && rec.ICRCChecked && !rec.ICRCOK && !rec.DF {
+	if k == KindRoCE && rec.ICRCChecked && !rec.ICRCOK && !rec.DF && lt == LinkTypeIPv4 {
 		// The DF bit of the datagram before fragmentation is lost: a
 		// RoCEv2 sender sets it (and computes the ICRC with it), and
 		// whatever fragmented the datagram cleared it. Try it set.

@@ -14,7 +14,7 @@
 //   - Writer: a pcap file of Ethernet frames that tshark decodes as RoCEv2.
 //   - Decoder: frame -> addresses, ECN, the decoded transport packet and
 //     whether its ICRC verifies; Ethernet, raw IP, Linux cooked v1 and v2,
-//     BSD loopback. IPv4 fragments are reassembled (bounded: MaxFragmented
+//     BSD loopback. IPv4 and IPv6 fragments are reassembled (bounded: MaxFragmented
 //     datagrams at once, FragmentTimeout) and decoded in the frame that
 //     completes them, as tshark does. Frames cut by the snapshot length keep their headers
 //     and the payload length of the wire; frames whose IP or UDP lengths lie

@@ -6,14 +6,16 @@ import (
 	"time"
 )
 
-// IPv4 fragment reassembly (RFC 791 section 3.2, RFC 815's hole list kept
-// as a sorted list of received ranges). Decoder holds the fragments of UDP
-// datagrams until the last one arrives, then decodes the whole datagram in
-// the frame that completed it, as tshark does ("Reassembled IPv4 in frame
-// N"). Memory is bounded by configuration: at most MaxFragmented datagrams
-// in reassembly at once (the oldest is dropped for a new one), each at most
-// 65535 bytes, and one whose last fragment is older than FragmentTimeout in
-// capture time is dropped (Linux's ipfrag_time is 30 s).
+// IPv4 and IPv6 fragment reassembly (RFC 791 section 3.2; RFC 8200
+// section 4.5, for a Fragment header right after the fixed header; RFC
+// 815's hole list kept as a sorted list of received ranges). Decoder holds
+// the fragments of UDP datagrams until the last one arrives, then decodes
+// the whole datagram in the frame that completed it, as tshark does
+// ("Reassembled IPv4 in frame N"). Memory is bounded by configuration: at
+// most MaxFragmented datagrams in reassembly at once (the oldest is dropped
+// for a new one), each at most 65535 bytes, and one whose last fragment is
+// older than FragmentTimeout in capture time is dropped (Linux's
+// ipfrag_time is 30 s).
 
 // Reassembly defaults.
 const (
@@ -24,7 +26,7 @@ const (
 
 type fragKey struct {
 	src, dst netip.Addr
-	id       uint16
+	id       uint32 // IPv4 identification, or IPv6 Fragment header identification
 	proto    uint8
 }
 
@@ -72,6 +74,7 @@ type reassembler struct {
 	pending []*fragDatagram
 	dropped int // datagrams dropped unfinished: timed out, evicted or impossible
 	buf     []byte
+	hdr6    []byte // an IPv6 header being made the first fragment's
 }
 
 // fragment adds one IPv4 fragment (hdr: its IP header, payload: what follows
@@ -131,8 +134,13 @@ func (r *reassembler) fragment(key fragKey, hdr, payload []byte, off int, more b
 	r.remove(idx)
 	n := len(f.header) + f.total
 	r.buf = append(append(r.buf[:0], f.header...), f.data[:f.total]...)
-	// The datagram as it was before fragmentation: its total length, no
-	// MF flag, offset 0 (the DF bit stays as the first fragment had it).
+	if r.buf[0]>>4 == 6 {
+		// IPv6 without the Fragment header: the payload length of all.
+		binary.BigEndian.PutUint16(r.buf[4:], uint16(f.total))
+		return r.buf, f.frags
+	}
+	// The IPv4 datagram as it was before fragmentation: its total length,
+	// no MF flag, offset 0 (the DF bit stays as the first fragment had it).
 	binary.BigEndian.PutUint16(r.buf[2:], uint16(n))
 	binary.BigEndian.PutUint16(r.buf[6:], binary.BigEndian.Uint16(r.buf[6:])&0x4000)
 	return r.buf, f.frags

@@ -97,3 +97,55 @@ func TestDecoderReassemblesIPv4Fragments(t *testing.T) {
 	k, _ = decodeAt(t, NewDecoder(), other, t0)
 	assert.Equal(t, KindOther, k)
 }
+
+// fragments6 splits an Ethernet/IPv6 frame's payload at the byte offsets
+// given (multiples of 8), each piece behind a Fragment header.
+func fragments6(frame []byte, id uint32, cuts ...int) [][]byte {
+	const eth = 14
+	hdr := frame[:eth+40]
+	payload := frame[eth+40:]
+	next := hdr[eth+6]
+	bounds := append(append([]int{0}, cuts...), len(payload))
+	var out [][]byte
+	for i := 0; i+1 < len(bounds); i++ {
+		f := append([]byte(nil), hdr...)
+		f[eth+6] = 44
+		binary.BigEndian.PutUint16(f[eth+4:], uint16(8+bounds[i+1]-bounds[i]))
+		om := uint16(bounds[i])
+		if i+2 < len(bounds) {
+			om |= 1
+		}
+		f = append(f, next, 0, byte(om>>8), byte(om))
+		f = binary.BigEndian.AppendUint32(f, id)
+		f = append(f, payload[bounds[i]:bounds[i+1]]...)
+		out = append(out, f)
+	}
+	return out
+}
+
+func TestDecoderReassemblesIPv6Fragments(t *testing.T) {
+	whole, err := encap6().AppendFrame(nil, samplePacket(bth.RCWriteOnly, 300))
+	require.NoError(t, err)
+	t0 := time.Unix(1700000000, 0)
+	for name, order := range map[string][]int{"in order": {0, 1, 2}, "reversed": {2, 0, 1}} {
+		d := NewDecoder()
+		fr := fragments6(whole, 0xabcdef01, 104, 208)
+		for i, idx := range order {
+			k, r := decodeAt(t, d, fr[idx], t0)
+			if i < len(order)-1 {
+				assert.Equal(t, KindFragment, k, "%s: fragment %d", name, idx)
+				continue
+			}
+			require.Equal(t, KindRoCE, k, "%s: %v", name, r.Err)
+			assert.Equal(t, 3, r.Fragments, name)
+			assert.Equal(t, 300, r.PayloadLen, name)
+			assert.True(t, r.ICRCChecked && r.ICRCOK, "%s: the ICRC of the datagram without the Fragment header", name)
+			assert.Equal(t, bth.RCWriteOnly, r.Packet.BTH.Opcode)
+		}
+	}
+	// A fragment of another protocol is not held.
+	other := fragments6(whole, 1, 104)[0]
+	other[14+40] = 6 // TCP
+	k, _ := decodeAt(t, NewDecoder(), other, t0)
+	assert.Equal(t, KindOther, k)
+}
