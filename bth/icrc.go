@@ -7,10 +7,6 @@ import (
 
 var ones8 = [8]byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}
 
-// ipv6First[v] is the first byte of an IPv6 header with version v and the
-// traffic class's high nibble masked to ones.
-var ipv6First = [16]byte{0x0F, 0x1F, 0x2F, 0x3F, 0x4F, 0x5F, 0x6F, 0x7F, 0x8F, 0x9F, 0xAF, 0xBF, 0xCF, 0xDF, 0xEF, 0xFF}
-
 // ICRC computes the invariant CRC of a RoCEv2 packet (IBTA Annex A17.8).
 //
 // ip is the IPv4 header (options included) or the 40-byte IPv6 fixed header
@@ -30,55 +26,73 @@ func ICRC(ip, udp, pkt []byte) (uint32, error) {
 	if len(udp) != 8 || len(pkt) < BTHLen || len(ip) == 0 {
 		return 0, ErrBadIPHeader
 	}
-	// The headers go through update, which keeps them off the heap (they
-	// may be a caller's stack array); the variant fields are fed as slices
-	// of ones8.
-	up := update
-	ff := ones8[:]
-	crc := up(0, ff)
+	// The masked headers are copied to a stack buffer and go through
+	// update, which keeps them off the heap (crc32.Update would make its
+	// argument escape); the 8 bytes of ones are a constant start.
+	var h [8 + 60 + UDPLen + BTHLen]byte
+	n := 0
 	switch ip[0] >> 4 {
 	case 4:
 		ihl := int(ip[0]&0x0F) * 4
 		if ihl < 20 || len(ip) != ihl {
 			return 0, ErrBadIPHeader
 		}
-		crc = up(crc, ip[0:1])
-		crc = up(crc, ff[:1]) // TOS
-		crc = up(crc, ip[2:8])
-		crc = up(crc, ff[:1]) // TTL
-		crc = up(crc, ip[9:10])
-		crc = up(crc, ff[:2]) // header checksum
-		crc = up(crc, ip[12:ihl])
+		n = copy(h[:], ip)
+		h[1] = 0xFF               // TOS
+		h[8] = 0xFF               // TTL
+		h[10], h[11] = 0xFF, 0xFF // header checksum
 	case 6:
 		if len(ip) != IPv6Len {
 			return 0, ErrBadIPHeader
 		}
+		n = copy(h[:], ip)
 		// Version nibble, then traffic class and flow label all ones.
-		crc = up(crc, ipv6First[ip[0]>>4:ip[0]>>4+1])
-		crc = up(crc, ff[:3])
-		crc = up(crc, ip[4:7])
-		crc = up(crc, ff[:1]) // hop limit
-		crc = up(crc, ip[8:40])
+		h[0] |= 0x0F
+		h[1], h[2], h[3] = 0xFF, 0xFF, 0xFF
+		h[7] = 0xFF // hop limit
 	default:
 		return 0, ErrBadIPHeader
 	}
-	crc = up(crc, udp[0:6])
-	crc = up(crc, ff[:2]) // UDP checksum
-	crc = up(crc, pkt[0:4])
-	crc = up(crc, ff[:1]) // FECN, BECN, reserved
-	crc = up(crc, pkt[5:BTHLen])
+	n += copy(h[n:], udp)
+	h[n-2], h[n-1] = 0xFF, 0xFF // UDP checksum
+	n += copy(h[n:], pkt[:BTHLen])
+	h[n-BTHLen+4] = 0xFF // FECN, BECN, reserved
+	crc := update(crcOnes8, h[:n])
 	return crc32.Update(crc, crc32.IEEETable, pkt[BTHLen:]), nil
 }
 
-// update is crc32.Update(crc, crc32.IEEETable, p) one byte at a time with
-// the standard library's table. crc32.Update hands p to an assembly
-// routine through a function variable, which makes every slice passed to
-// it escape; the few header bytes go through here instead, so that the
-// headers Encap.ICRC builds on its stack stay there.
+// crcOnes8 is the CRC-32 of the 8 bytes of ones the ICRC starts with.
+var crcOnes8 = crc32.ChecksumIEEE(ones8[:])
+
+// slicing8 are the tables of the slicing-by-8 CRC-32 (IEEE), built from
+// the standard library's table.
+var slicing8 = func() (t [8][256]uint32) {
+	t[0] = *crc32.IEEETable
+	for i := range 256 {
+		c := t[0][i]
+		for j := 1; j < 8; j++ {
+			c = t[0][c&0xFF] ^ c>>8
+			t[j][i] = c
+		}
+	}
+	return t
+}()
+
+// update is crc32.Update(crc, crc32.IEEETable, p), eight bytes at a time
+// (slicing-by-8). crc32.Update hands p to an assembly routine through a
+// function variable, which makes every slice passed to it escape; the
+// header bytes go through here instead, so that they stay on the stack.
 func update(crc uint32, p []byte) uint32 {
 	crc = ^crc
+	t := &slicing8
+	for len(p) >= 8 {
+		crc ^= binary.LittleEndian.Uint32(p)
+		crc = t[0][p[7]] ^ t[1][p[6]] ^ t[2][p[5]] ^ t[3][p[4]] ^
+			t[4][crc>>24] ^ t[5][crc>>16&0xFF] ^ t[6][crc>>8&0xFF] ^ t[7][crc&0xFF]
+		p = p[8:]
+	}
 	for _, b := range p {
-		crc = crc32.IEEETable[byte(crc)^b] ^ crc>>8
+		crc = t[0][byte(crc)^b] ^ crc>>8
 	}
 	return ^crc
 }

@@ -25,6 +25,12 @@ const (
 	// KindMalformed: a UDP datagram to port 4791 whose transport headers did
 	// not decode; Record.Err says why.
 	KindMalformed
+	// KindFragment: an IPv4 or IPv6 fragment of a UDP datagram, held for
+	// reassembly (or one that cannot be: cut by the snapshot length, or
+	// too long). The frame whose fragment completes a datagram is decoded
+	// as the whole datagram, with Record.Fragments set, as tshark decodes
+	// it in the frame that completes it.
+	KindFragment
 )
 
 // Record is one frame as Decoder sees it. Byte slices alias the frame.
@@ -58,6 +64,12 @@ type Record struct {
 	ICRCChecked  bool
 	ICRCOK       bool
 	ICRCComputed uint32 // the ICRC the headers and bytes give, when checked
+	// Fragments is the number of frames holding IP fragments the
+	// datagram was reassembled from (duplicates included); 0 for a
+	// datagram that came whole. IPHeader is then
+	// the first fragment's header with the total length of the whole
+	// datagram and no MF flag or offset, as the sender computed the ICRC.
+	Fragments int
 }
 
 // lengthError is a frame whose IP or UDP length fields contradict each
@@ -99,7 +111,22 @@ type Decoder struct {
 	udp     layers.UDP
 	parsers map[gopacket.LayerType]*gopacket.DecodingLayerParser
 	decoded []gopacket.LayerType
+	// MaxFragmented bounds the IPv4 datagrams in reassembly at once (0:
+	// DefaultMaxFragmented); the oldest is dropped for a new one.
+	MaxFragmented int
+	// FragmentTimeout drops a datagram in reassembly whose last fragment
+	// is older, in capture time (0: DefaultFragmentTimeout).
+	FragmentTimeout time.Duration
+	frag            reassembler
 }
+
+// FragmentsDropped returns the number of IPv4 datagrams dropped from
+// reassembly before their last fragment came (timed out, evicted by
+// MaxFragmented, or longer than 65535 bytes).
+func (d *Decoder) FragmentsDropped() int { return d.frag.dropped }
+
+// PendingFragments returns the number of datagrams still in reassembly.
+func (d *Decoder) PendingFragments() int { return len(d.frag.pending) }
 
 // ipv6Destination makes gopacket's IPv6 destination options header, which
 // has DecodeFromBytes, a gopacket.DecodingLayer.
@@ -235,6 +262,12 @@ func (d *Decoder) Decode(data []byte, ci gopacket.CaptureInfo, lt LinkType, rec 
 	if !ipOK {
 		return KindOther, nil
 	}
+	if next == gopacket.LayerTypeFragment && rec.Src.Is4() && len(rec.IPHeader) >= 20 && d.ip4.Version == 4 {
+		return d.fragment(data, ci, rec)
+	}
+	if next == layers.LayerTypeIPv6Fragment && !ext6 && len(udpBytes) >= 8 {
+		return d.fragment6(data, ci, rec, udpBytes)
+	}
 	port := d.Port
 	if port == 0 {
 		port = bth.UDPPort
@@ -309,4 +342,79 @@ func (d *Decoder) Decode(data []byte, ci gopacket.CaptureInfo, lt LinkType, rec 
 	rec.ICRCOK = err == nil
 	rec.ICRCComputed = want
 	return KindRoCE, nil
+}
+
+// fragment handles an IPv4 fragment (d.ip4): UDP fragments are held, and
+// the one that completes a datagram decodes it.
+func (d *Decoder) fragment(data []byte, ci gopacket.CaptureInfo, rec *Record) (Kind, error) {
+	ip := &d.ip4
+	if ip.Protocol != layers.IPProtocolUDP {
+		return KindOther, nil
+	}
+	if len(data) < ci.Length || len(ip.Payload) != int(ip.Length)-len(ip.Contents) {
+		return KindFragment, nil // cut by the snapshot length, or lengths that lie
+	}
+	d.fragDefaults()
+	key := fragKey{rec.Src, rec.Dst, uint32(ip.Id), uint8(ip.Protocol)}
+	whole, n := d.frag.fragment(key, ip.Contents, ip.Payload, int(ip.FragOffset)*8,
+		ip.Flags&layers.IPv4MoreFragments != 0, ci.Timestamp)
+	return d.reassembled(whole, n, ci, rec, LinkTypeIPv4)
+}
+
+// fragment6 handles an IPv6 fragment whose Fragment header (RFC 8200
+// section 4.5) follows the fixed header: UDP fragments are held, and the
+// one that completes a datagram decodes it, as the IPv6 datagram without
+// the Fragment header.
+func (d *Decoder) fragment6(data []byte, ci gopacket.CaptureInfo, rec *Record, fh []byte) (Kind, error) {
+	// Next Header (1), reserved (1), offset (13 bits) | res (2) | M (1),
+	// Identification (4).
+	if layers.IPProtocol(fh[0]) != layers.IPProtocolUDP {
+		return KindOther, nil
+	}
+	if len(data) < ci.Length || len(d.ip6.Payload) != int(d.ip6.Length) {
+		return KindFragment, nil
+	}
+	d.fragDefaults()
+	hdr := append(d.frag.hdr6[:0], d.ip6.Contents...)
+	hdr[6] = fh[0] // the Fragment header goes: its Next Header takes its place
+	off := int(binary.BigEndian.Uint16(fh[2:]) &^ 7)
+	key := fragKey{rec.Src, rec.Dst, binary.BigEndian.Uint32(fh[4:]), fh[0]}
+	whole, n := d.frag.fragment(key, hdr, fh[8:], off, fh[3]&1 != 0, ci.Timestamp)
+	return d.reassembled(whole, n, ci, rec, LinkTypeIPv6)
+}
+
+func (d *Decoder) fragDefaults() {
+	if d.frag.max == 0 {
+		d.frag.max = d.MaxFragmented
+		if d.frag.max <= 0 {
+			d.frag.max = DefaultMaxFragmented
+		}
+		d.frag.timeout = d.FragmentTimeout
+		if d.frag.timeout <= 0 {
+			d.frag.timeout = DefaultFragmentTimeout
+		}
+	}
+}
+
+// reassembled decodes a datagram reassembled in the frame rec describes.
+func (d *Decoder) reassembled(whole []byte, n int, ci gopacket.CaptureInfo, rec *Record, lt LinkType) (Kind, error) {
+	if whole == nil {
+		return KindFragment, nil
+	}
+	frame := *rec
+	k, err := d.Decode(whole, gopacket.CaptureInfo{Timestamp: ci.Timestamp, CaptureLength: len(whole), Length: len(whole)}, lt, rec)
+	rec.CaptureLength, rec.Length = frame.CaptureLength, frame.Length
+	rec.Fragments = n
+	if k == KindRoCE && rec.ICRCChecked && !rec.ICRCOK && !rec.DF && lt == LinkTypeIPv4 {
+		// The DF bit of the datagram before fragmentation is lost: a
+		// RoCEv2 sender sets it (and computes the ICRC with it), and
+		// whatever fragmented the datagram cleared it. Try it set.
+		rec.IPHeader[6] |= 0x40
+		if _, want, err := bth.VerifyICRC(rec.IPHeader, rec.UDPHeader, rec.UDPPayload); err == nil {
+			rec.ICRCOK, rec.ICRCComputed = true, want
+		} else {
+			rec.IPHeader[6] &^= 0x40
+		}
+	}
+	return k, err
 }

@@ -14,10 +14,18 @@
 //   - Writer: a pcap file of Ethernet frames that tshark decodes as RoCEv2.
 //   - Decoder: frame -> addresses, ECN, the decoded transport packet and
 //     whether its ICRC verifies; Ethernet, raw IP, Linux cooked v1 and v2,
-//     BSD loopback. Frames cut by the snapshot length keep their headers
+//     BSD loopback. IPv4 and IPv6 fragments are reassembled (bounded: MaxFragmented
+//     datagrams at once, FragmentTimeout) and decoded in the frame that
+//     completes them, as tshark does. Frames cut by the snapshot length keep their headers
 //     and the payload length of the wire; frames whose IP or UDP lengths lie
 //     are malformed.
-//   - Summary: the counts that `roce-emu decode` prints.
+//   - Summary: the counts that `roce-emu decode` prints, per flow: resends
+//     not counted as messages, UD keyed by DETH source QPN, epochs when a
+//     QPN is reused, frames of other pcapng link types and IP fragments
+//     counted, at most MaxFlows flows; Add returns each packet's Mark in
+//     its flow (retransmission, duplicate, out-of-order).
+//   - Package analyze (pcap/analyze) rebuilds connections and what
+//     happened on each: what `roce-emu analyze` prints.
 //
 // Known gap: pcapng timestamps in binary units (if_tsresol 0x80|n, 2^-n s)
 // are converted by gopacket with integer factors and lose precision: up to

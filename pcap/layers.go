@@ -28,6 +28,13 @@ func init() {
 	// by source port; decodeRoCE refuses packets whose destination port is
 	// not 4791, so RoCE is classified by destination port only.
 	layers.RegisterUDPPortLayerType(bth.UDPPort, LayerTypeBTH)
+	// gopacket decodes 802.1Q (0x8100) and 802.1ad (0x88A8) tags, stacked
+	// to any depth; 0x9100, the QinQ TPID from before 802.1ad that
+	// switches still send and tshark decodes as a VLAN tag, it does not.
+	if m := &layers.EthernetTypeMetadata[0x9100]; m.DecodeWith == nil || m.LayerType == 0 {
+		*m = layers.EthernetTypeMetadata[layers.EthernetTypeDot1Q]
+		m.Name = "QinQ"
+	}
 }
 
 // extLayerType maps each extended header to its layer type.

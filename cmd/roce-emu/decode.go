@@ -7,8 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/bits"
 	"net/netip"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,8 +23,10 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "write JSON Lines: one object per RoCEv2 packet, then {\"summary\": ...} per file")
 	port := fs.Uint("udp-port", 4791, "UDP destination `port` that marks RoCEv2 packets")
+	qpFlag := fs.String("qp", "", "print only packets to or from `QPN` (destination QPN, or a UD packet's DETH source QPN; 0x for hex); the summary counts all")
+	opFlag := fs.String("opcode", "", "print only packets of `OPCODE` (RC_SEND_ONLY, CNP, ... or a number); the summary counts all")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: roce-emu decode [--json] [--udp-port PORT] FILE...")
+		fmt.Fprintln(stderr, "usage: roce-emu decode [--json] [--udp-port PORT] [--qp QPN] [--opcode OPCODE] FILE...")
 		fmt.Fprintln(stderr, "\nDecodes every RoCEv2 packet (UDP destination port 4791) in pcap or pcapng")
 		fmt.Fprintln(stderr, "captures: addresses, opcode, QPN, PSN, extended headers, payload length, ECN")
 		fmt.Fprintln(stderr, "and whether the ICRC verifies; then a summary of each file.")
@@ -59,11 +63,28 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "roce-emu decode: --udp-port %d: must be 1-65535\n", *port)
 		return 2
 	}
+	var flt packetFilter
+	if *qpFlag != "" {
+		v, err := strconv.ParseUint(*qpFlag, 0, 32)
+		if err != nil || v > bth.PSNMask {
+			fmt.Fprintf(stderr, "roce-emu decode: --qp %q: want a 24-bit QPN\n", *qpFlag)
+			return 2
+		}
+		flt.qp, flt.byQP = uint32(v), true
+	}
+	if *opFlag != "" {
+		op, ok := parseOpcode(*opFlag)
+		if !ok {
+			fmt.Fprintf(stderr, "roce-emu decode: --opcode %q: not an opcode name (RC_SEND_ONLY, UD_SEND_ONLY, CNP, ...) or number\n", *opFlag)
+			return 2
+		}
+		flt.op, flt.byOp = op, true
+	}
 	out := bufio.NewWriter(stdout)
 	defer out.Flush()
 	code := 0
 	for _, name := range files {
-		if err := decodeFile(name, uint16(*port), *asJSON, len(files) > 1, out); err != nil {
+		if err := decodeFile(name, uint16(*port), *asJSON, len(files) > 1, flt, out); err != nil {
 			out.Flush()
 			fmt.Fprintf(stderr, "roce-emu decode: %v\n", err)
 			code = 1
@@ -72,7 +93,45 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-func decodeFile(name string, port uint16, asJSON, many bool, out *bufio.Writer) error {
+// packetFilter chooses the packets decode prints.
+type packetFilter struct {
+	byQP, byOp bool
+	qp         uint32
+	op         bth.Opcode
+}
+
+func (f packetFilter) match(k pcap.Kind, rec *pcap.Record) bool {
+	if !f.byQP && !f.byOp {
+		return true
+	}
+	if k != pcap.KindRoCE {
+		return false
+	}
+	h := &rec.Packet.BTH
+	if f.byOp && h.Opcode != f.op {
+		return false
+	}
+	if f.byQP && h.DestQP != f.qp && !(h.Opcode.Info().Ext&bth.ExtDETH != 0 && rec.Packet.DETH.SrcQP == f.qp) {
+		return false
+	}
+	return true
+}
+
+// parseOpcode takes an ib_pack.h name (RC_SEND_ONLY, any case) or a number.
+func parseOpcode(s string) (bth.Opcode, bool) {
+	if v, err := strconv.ParseUint(s, 0, 8); err == nil {
+		op := bth.Opcode(v)
+		return op, op.Info() != nil
+	}
+	for _, op := range bth.Opcodes() {
+		if strings.EqualFold(op.String(), s) {
+			return op, true
+		}
+	}
+	return 0, false
+}
+
+func decodeFile(name string, port uint16, asJSON, many bool, flt packetFilter, out *bufio.Writer) error {
 	r, err := pcap.Open(name)
 	if err != nil {
 		return err
@@ -87,12 +146,15 @@ func decodeFile(name string, port uint16, asJSON, many bool, out *bufio.Writer) 
 	enc := json.NewEncoder(out)
 	var rec pcap.Record
 	var start time.Time
+	var js jsonScratch
+	var line []byte
 	for n := 1; ; n++ {
 		data, ci, lt, err := r.Next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
+			sum.SetUnreassembled(d.FragmentsDropped() + d.PendingFragments())
 			writeSummary(out, enc, asJSON, name, sum)
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -100,23 +162,36 @@ func decodeFile(name string, port uint16, asJSON, many bool, out *bufio.Writer) 
 			start = ci.Timestamp
 		}
 		k, err := d.Decode(data, ci, lt, &rec)
+		if errors.Is(err, pcap.ErrLinkType) {
+			// A pcapng interface of another link type (802.11, USB):
+			// skipped and counted, as tshark goes on past it.
+			sum.AddOtherLinkType(lt)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("%s: frame %d: %w", name, n, err)
 		}
-		sum.Add(k, &rec)
-		if k == pcap.KindOther {
+		mark := sum.Add(k, &rec)
+		if k == pcap.KindOther || k == pcap.KindFragment || !flt.match(k, &rec) {
 			continue
 		}
 		rel := rec.Time.Sub(start).Seconds()
 		if asJSON {
-			if err := enc.Encode(jsonRecord(name, n, rel, k, &rec)); err != nil {
+			j := js.record(name, n, rel, k, &rec)
+			j.Mark = mark.String()
+			line = appendJSON(line[:0], j)
+			if _, err := out.Write(line); err != nil {
 				return err
 			}
 		} else {
 			out.WriteString(textLine(n, rel, k, &rec))
+			if mark != pcap.MarkNone {
+				out.WriteString(" [" + mark.String() + "]")
+			}
 			out.WriteByte('\n')
 		}
 	}
+	sum.SetUnreassembled(d.FragmentsDropped() + d.PendingFragments())
 	writeSummary(out, enc, asJSON, name, sum)
 	return nil
 }
@@ -180,6 +255,9 @@ func textLine(n int, rel float64, k pcap.Kind, rec *pcap.Record) string {
 		fmt.Fprintf(&b, " pad=%d", h.PadCnt)
 	}
 	fmt.Fprintf(&b, " payload=%d ecn=%s icrc=%s", rec.PayloadLen, rec.ECN, icrcWord(rec))
+	if rec.Fragments > 0 {
+		fmt.Fprintf(&b, " reassembled=%d", rec.Fragments)
+	}
 	return b.String()
 }
 
@@ -190,8 +268,13 @@ func icrcWord(rec *pcap.Record) string {
 	case rec.ICRCOK:
 		return "ok"
 	}
-	return fmt.Sprintf("bad(wire=%#08x want=%#08x)", rec.Packet.ICRC, rec.ICRCComputed)
+	return fmt.Sprintf("bad(wire=%#08x want=%#08x)", tsharkICRC(rec.Packet.ICRC), tsharkICRC(rec.ICRCComputed))
 }
+
+// tsharkICRC returns an ICRC value (bth.Packet.ICRC, little-endian on the
+// wire) as tshark's infiniband.invariant.crc shows it: the wire bytes read
+// in network byte order (wire bytes 88 09 74 2c are 0x8809742c).
+func tsharkICRC(v uint32) uint32 { return bits.ReverseBytes32(v) }
 
 type jsonPacket struct {
 	File        string        `json:"file"`
@@ -221,6 +304,8 @@ type jsonPacket struct {
 	PayloadLen  int           `json:"payload_len"`
 	ICRC        string        `json:"icrc,omitempty"`
 	ICRCOK      *bool         `json:"icrc_ok"`
+	Fragments   int           `json:"ip_fragments,omitempty"` // IPv4 fragments reassembled into this packet
+	Mark        string        `json:"mark,omitempty"`         // pcap.Mark: retransmission, duplicate, out-of-order
 	DETH        *jsonDETH     `json:"deth,omitempty"`
 	RETH        *jsonRETH     `json:"reth,omitempty"`
 	AtomicETH   *jsonAtomic   `json:"atomiceth,omitempty"`
@@ -255,11 +340,41 @@ type jsonAtomicAk struct {
 	Orig uint64 `json:"orig"`
 }
 
-func ptr[T any](v T) *T { return &v }
+// jsonScratch holds one packet's JSON form and the values its pointers
+// point to, reused from packet to packet.
+type jsonScratch struct {
+	pkt                        jsonPacket
+	opcode, padCnt             uint8
+	dqpn, psn, immDt, ieth     uint32
+	ackReq, se, migReq, icrcOK bool
+	fecn, becn                 bool
+	pkey                       uint16
+	deth                       jsonDETH
+	reth                       jsonRETH
+	atomic                     jsonAtomic
+	aeth                       jsonAETH
+	atomicAck                  jsonAtomicAk
+	icrcFor                    uint32
+	icrcStr                    string
+	addrs                      [2]netip.Addr
+	addrStr                    [2]string
+}
 
-func jsonRecord(file string, n int, rel float64, k pcap.Kind, rec *pcap.Record) *jsonPacket {
-	j := &jsonPacket{File: file, Frame: n, Time: rel, Timestamp: rec.Time, Src: rec.Src.String(), Dst: rec.Dst.String(),
+// addr returns a.String(), kept from the last packet's source (i 0) or
+// destination (i 1): a capture holds few addresses.
+func (s *jsonScratch) addr(i int, a netip.Addr) string {
+	if s.addrStr[i] == "" || s.addrs[i] != a {
+		s.addrs[i], s.addrStr[i] = a, a.String()
+	}
+	return s.addrStr[i]
+}
+
+// record fills s with the JSON form of rec and returns it; it is valid
+// until the next call.
+func (s *jsonScratch) record(file string, n int, rel float64, k pcap.Kind, rec *pcap.Record) *jsonPacket {
+	s.pkt = jsonPacket{File: file, Frame: n, Time: rel, Timestamp: rec.Time, Src: s.addr(0, rec.Src), Dst: s.addr(1, rec.Dst),
 		SPort: rec.SrcPort, DPort: rec.DstPort, TOS: rec.TrafficClass, ECN: rec.ECN.String(), TTL: rec.HopLimit}
+	j := &s.pkt
 	if k == pcap.KindMalformed {
 		j.Error = rec.Err.Error()
 		j.PayloadLen = rec.PayloadLen
@@ -267,41 +382,65 @@ func jsonRecord(file string, n int, rel float64, k pcap.Kind, rec *pcap.Record) 
 	}
 	p := &rec.Packet
 	h := &p.BTH
-	j.Opcode = ptr(uint8(h.Opcode))
+	s.opcode, s.dqpn, s.psn, s.ackReq = uint8(h.Opcode), h.DestQP, uint32(h.PSN), h.AckReq
+	s.se, s.migReq, s.fecn, s.becn = h.SE, h.MigReq, h.FECN, h.BECN
+	s.pkey, s.padCnt = h.PKey, h.PadCnt
+	j.Opcode = &s.opcode
 	j.OpcodeName = h.Opcode.Name()
 	j.OpcodeShort = h.Opcode.String()
-	j.DQPN, j.PSN, j.AckReq = ptr(h.DestQP), ptr(uint32(h.PSN)), ptr(h.AckReq)
-	j.SE, j.MigReq, j.FECN, j.BECN = ptr(h.SE), ptr(h.MigReq), ptr(h.FECN), ptr(h.BECN)
-	j.PKey, j.PadCnt = ptr(h.PKey), ptr(h.PadCnt)
+	j.DQPN, j.PSN, j.AckReq = &s.dqpn, &s.psn, &s.ackReq
+	j.SE, j.MigReq, j.FECN, j.BECN = &s.se, &s.migReq, &s.fecn, &s.becn
+	j.PKey, j.PadCnt = &s.pkey, &s.padCnt
 	j.PayloadLen = rec.PayloadLen
-	j.ICRC = fmt.Sprintf("%#08x", p.ICRC)
+	j.ICRC = s.icrcString(tsharkICRC(p.ICRC))
 	if rec.ICRCChecked {
-		j.ICRCOK = ptr(rec.ICRCOK)
+		s.icrcOK = rec.ICRCOK
+		j.ICRCOK = &s.icrcOK
+	}
+	if rec.Fragments > 0 {
+		j.Fragments = rec.Fragments
 	}
 	e := h.Opcode.Info().Ext
 	if e&bth.ExtDETH != 0 {
-		j.DETH = &jsonDETH{p.DETH.QKey, p.DETH.SrcQP}
+		s.deth = jsonDETH{p.DETH.QKey, p.DETH.SrcQP}
+		j.DETH = &s.deth
 	}
 	if e&bth.ExtRETH != 0 {
-		j.RETH = &jsonRETH{p.RETH.VA, p.RETH.RKey, p.RETH.DMALength}
+		s.reth = jsonRETH{p.RETH.VA, p.RETH.RKey, p.RETH.DMALength}
+		j.RETH = &s.reth
 	}
 	if e&bth.ExtAtomicETH != 0 {
-		j.AtomicETH = &jsonAtomic{p.AtomicETH.VA, p.AtomicETH.RKey, p.AtomicETH.SwapAdd, p.AtomicETH.Compare}
+		s.atomic = jsonAtomic{p.AtomicETH.VA, p.AtomicETH.RKey, p.AtomicETH.SwapAdd, p.AtomicETH.Compare}
+		j.AtomicETH = &s.atomic
 	}
 	if e&bth.ExtAETH != 0 {
-		s := p.AETH.Syndrome
-		j.AETH = &jsonAETH{uint8(s), p.AETH.MSN, s.KindName(), s.Value()}
+		syn := p.AETH.Syndrome
+		s.aeth = jsonAETH{uint8(syn), p.AETH.MSN, syn.KindName(), syn.Value()}
+		j.AETH = &s.aeth
 	}
 	if e&bth.ExtAtomicAckETH != 0 {
-		j.AtomicAck = &jsonAtomicAk{uint64(p.AtomicAckETH)}
+		s.atomicAck = jsonAtomicAk{uint64(p.AtomicAckETH)}
+		j.AtomicAck = &s.atomicAck
 	}
 	if e&bth.ExtImmDt != 0 {
-		j.ImmDt = ptr(uint32(p.ImmDt))
+		s.immDt = uint32(p.ImmDt)
+		j.ImmDt = &s.immDt
 	}
 	if e&bth.ExtIETH != 0 {
-		j.IETH = ptr(uint32(p.IETH))
+		s.ieth = uint32(p.IETH)
+		j.IETH = &s.ieth
 	}
 	return j
+}
+
+// icrcString formats v as fmt's %#08x does, keeping the last string for
+// runs of packets with the same ICRC (retransmissions).
+func (s *jsonScratch) icrcString(v uint32) string {
+	if s.icrcStr != "" && s.icrcFor == v {
+		return s.icrcStr
+	}
+	s.icrcFor, s.icrcStr = v, fmt.Sprintf("%#08x", v)
+	return s.icrcStr
 }
 
 func writeSummary(out *bufio.Writer, enc *json.Encoder, asJSON bool, file string, s *pcap.Summary) {
@@ -314,11 +453,19 @@ func writeSummary(out *bufio.Writer, enc *json.Encoder, asJSON bool, file string
 	}
 	fmt.Fprintf(out, "summary: %d frames, %d RoCEv2 packets, %d malformed, %d non-RoCE skipped, %d bad ICRC, %d ICRC unchecked\n",
 		s.Frames, s.RoCE, s.Malformed, s.NonRoCE, s.BadICRC, s.ICRCUnchecked)
+	if s.IPFragments+s.Reassembled+s.Unreassembled > 0 {
+		fmt.Fprintf(out, "  ip fragments: %d held, %d datagrams reassembled, %d never completed\n",
+			s.IPFragments, s.Reassembled, s.Unreassembled)
+	}
+	writeCounts(out, "other link types skipped", s.OtherLinkTypes)
 	writeCounts(out, "opcodes", s.Opcodes)
 	writeCounts(out, "aeth", s.AETH)
 	writeCounts(out, "ecn", s.ECN)
 	for _, f := range s.Flows {
 		fmt.Fprintf(out, "  flow %s\n", f)
+	}
+	if s.FlowsNotTracked > 0 {
+		fmt.Fprintf(out, "  %d packets in flows beyond the %d tracked\n", s.FlowsNotTracked, len(s.Flows))
 	}
 }
 

@@ -484,7 +484,7 @@ func TestDecodeRealCNP(t *testing.T) {
 		assert.True(t, *p.BECN)
 	}
 	assert.Equal(t, 0, p.PayloadLen, "the 16 reserved bytes are not payload")
-	assert.Equal(t, "0x2a00fd82", p.ICRC, "wire bytes 82 fd 00 2a, little-endian")
+	assert.Equal(t, "0x82fd002a", p.ICRC, "wire bytes 82 fd 00 2a, as tshark's infiniband.invariant.crc shows them")
 
 	s := f.Summary
 	assert.Equal(t, 1, s.Frames)

@@ -3,6 +3,7 @@
 // Usage:
 //
 //	roce-emu decode [--json] FILE...
+//	roce-emu analyze [--json] FILE...
 //
 // Run "roce-emu help" for the list of commands.
 package main
@@ -26,6 +27,7 @@ var commands = []command{
 	{"dcqcn", "N-to-1 incast through an emulated switch in simulated time, with DCQCN or none: CSV, plot, summary", runDCQCN},
 	{"switch", "a userspace congestion point between UDP peers: egress queue, WRED-ECN, tail drop or PFC hold", runSwitch},
 	{"decode", "decode RoCEv2 packets in pcap/pcapng captures, one line (or JSON object) per packet", runDecode},
+	{"analyze", "rebuild the RoCEv2 connections of captures: messages, go-back-N episodes, timeouts, RNR, RTT, CNPs, checks", runAnalyze},
 	{"server", "the server side of ibv_rc_pingpong: RC SEND ping-pong after rc_pingpong's TCP exchange", runServer},
 	{"client", "the client side of ibv_rc_pingpong (client HOST)", runClient},
 	{"bw", "perftest's bandwidth tests, with another roce-emu or with ib_{send,write,read}_bw (-o send|write|read)", runBW},
