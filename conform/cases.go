@@ -1,0 +1,558 @@
+package conform
+
+import (
+	"bytes"
+	"time"
+
+	"github.com/roce-emu/roce-emu/bth"
+)
+
+// Cases returns the case library, in the order a run takes them.
+func Cases() []Case {
+	return []Case{
+		{Name: "psn-sequence-error-nak-once", IBTA: "IBTA Vol. 1 ch. 9.7 (responder: a request ahead of the expected PSN is NAKed PSN sequence error, once per gap)", Peer: WriteBW, Run: psnSequenceNAKOnce},
+		{Name: "first-psn-not-announced", IBTA: "IBTA Vol. 1 ch. 9.7 (responder: expected PSN set at RTR to the announced one)", Peer: WriteBW, Run: firstPSNNotAnnounced},
+		{Name: "duplicate-request-reacked", IBTA: "IBTA Vol. 1 ch. 9.7 (responder: duplicate SEND/WRITE requests are acknowledged again, not executed)", Peer: WriteBW, Run: duplicateReACKed},
+		{Name: "psn-wrap", IBTA: "IBTA Vol. 1 9.7.1 (PSN arithmetic modulo 2^24)", Peer: WriteBW, StartPSN: 0xFFFFFE, Run: psnWrap},
+		{Name: "migreq-either-way", IBTA: "IBTA Vol. 1 9.2 (BTH MigReq) and ch. 9.7: a request is accepted with MigReq 1 or 0", Peer: WriteBW, Run: migReq},
+		{Name: "cnp-accepted", IBTA: "IBTA Vol. 1 Annex A17.9.3 (RoCEv2 CNP): a CNP takes no PSN and changes nothing else", Peer: WriteBW, Run: cnpAccepted},
+		{Name: "zero-length-write", IBTA: "IBTA Vol. 1 ch. 9.7 (an RDMA WRITE of zero bytes is one packet, one PSN)", Peer: WriteBW, Run: zeroLengthWrite},
+		{Name: "zero-length-read", IBTA: "IBTA Vol. 1 ch. 9.7 (an RDMA READ of zero bytes is answered by one READ response Only, one PSN)", Peer: ReadBW, Run: zeroLengthRead},
+		{Name: "write-mtu-minus-1", IBTA: "IBTA Vol. 1 ch. 9.7 (an Only packet carries at most the path MTU)", Peer: WriteBW, Run: writeOnlySize(-1)},
+		{Name: "write-mtu", IBTA: "IBTA Vol. 1 ch. 9.7 (an Only packet carries at most the path MTU)", Peer: WriteBW, Run: writeOnlySize(0)},
+		{Name: "write-mtu-plus-1", IBTA: "IBTA Vol. 1 ch. 9.7 (a packet longer than the path MTU is NAKed invalid request)", Peer: WriteBW, Run: writeOnlySize(+1)},
+		{Name: "r-key-violation", IBTA: "IBTA Vol. 1 ch. 9.7 and 10.6 (an invalid R_Key is NAKed remote access error; the QP goes to the error state)", Peer: WriteBW, Run: accessViolation(false)},
+		{Name: "bounds-violation", IBTA: "IBTA Vol. 1 ch. 9.7 and 10.6 (an access beyond the region is NAKed remote access error; the QP goes to the error state)", Peer: WriteBW, Run: accessViolation(true)},
+		{Name: "duplicate-read-reexecuted", IBTA: "IBTA Vol. 1 ch. 9.7 (responder: a duplicate READ is executed again, with its own length)", Peer: ReadBW, Run: duplicateRead},
+		{Name: "rnr-nak-no-receive-wqe", IBTA: "IBTA Vol. 1 9.7.5.2.8 (a SEND with no receive WQE is RNR NAKed; the QP stays usable)", Peer: WriteBW, Run: rnrNoReceive},
+		{Name: "go-back-n", IBTA: "IBTA Vol. 1 ch. 9.7 (requester: after a PSN sequence error NAK, resend from the NAKed PSN, each packet as before)", Peer: Pingpong, Run: goBackN},
+		{Name: "ghost-ack-ignored", IBTA: "IBTA Vol. 1 ch. 9.7 (requester: an ACK for a PSN not yet sent is ignored)", Peer: Pingpong, Run: ghostACK},
+		{Name: "rnr-timer-code-0", IBTA: "IBTA Vol. 1 Table 45 (RNR NAK timer code 0 is 655.36 ms) and ch. 9.7 (requester waits it before resending)", Peer: Pingpong, Run: rnrTimerZero},
+		{Name: "retry-exhaustion", IBTA: "IBTA Vol. 1 ch. 9.7 (requester: retry_cnt retransmissions after ACK timeouts, then no more)", Peer: Pingpong, Run: retryExhaustion},
+	}
+}
+
+// pattern returns n bytes that differ from case to case and packet to
+// packet.
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = seed + byte(i*13)
+	}
+	return b
+}
+
+// clone copies a sent or received packet, to send it again.
+func clone(p *bth.Packet) *bth.Packet {
+	c := *p
+	c.Payload = append([]byte(nil), p.Payload...)
+	return &c
+}
+
+func isAcknowledge(f *Frame) bool { return f.Pkt.BTH.Opcode == bth.RCAcknowledge }
+
+// isRequest reports a request packet of the peer's (it is requester too
+// on rc_pingpong).
+func isRequest(f *Frame) bool {
+	info := f.Pkt.BTH.Opcode.Info()
+	if info == nil || f.Pkt.BTH.Opcode.Transport() != bth.TransportRC {
+		return false
+	}
+	switch info.Op {
+	case bth.OpSend, bth.OpWrite, bth.OpReadRequest, bth.OpCompareSwap, bth.OpFetchAdd:
+		return true
+	}
+	return false
+}
+
+func syn(f *Frame) bth.Syndrome { return f.Pkt.AETH.Syndrome }
+
+// send sends ps as one burst; a send the prober cannot make ends the case
+// as n/a.
+func (t *T) send(ps ...*bth.Packet) []*Frame {
+	fs, err := t.SendBatch(ps)
+	if err != nil {
+		t.NotApplicable("not run: the prober could not send: %v", err)
+		return nil
+	}
+	return fs
+}
+
+// ackFor waits for the peer's acknowledge packet (ACK or NAK) that
+// answers psn or a later PSN, skipping its own requests; nil when none came
+// within t.Wait.
+func (t *T) ackFor(psn bth.PSN) *Frame {
+	_, f := t.Until(t.Wait, func(f *Frame) bool {
+		return isAcknowledge(f) && (!syn(f).IsACK() || !f.Pkt.BTH.PSN.Before(psn))
+	})
+	return f
+}
+
+// wantACK requires an ACK (not a NAK) for psn exactly, sent as answer to
+// the request frame req; it fails the case otherwise.
+func (t *T) wantACK(req *Frame, psn bth.PSN, what string) bool {
+	a := t.ackFor(psn)
+	switch {
+	case a == nil:
+		t.Failf([]*Frame{req}, "%s: no ACK for PSN %d within %v", what, psn, t.Wait)
+	case !syn(a).IsACK():
+		t.Failf([]*Frame{req, a}, "%s: %s instead of an ACK for PSN %d", what, syn(a).KindName(), psn)
+	case a.Pkt.BTH.PSN != psn:
+		t.Failf([]*Frame{req, a}, "%s: ACK for PSN %d, want %d", what, a.Pkt.BTH.PSN, psn)
+	default:
+		t.Evidence(req, a)
+		return true
+	}
+	return false
+}
+
+// wantNAK requires a NAK with code for psn.
+func (t *T) wantNAK(req *Frame, psn bth.PSN, code bth.NAKCode, what string) *Frame {
+	a := t.ackFor(psn)
+	want := bth.NAKSyndrome(code)
+	switch {
+	case a == nil:
+		t.Failf([]*Frame{req}, "%s: no %s for PSN %d within %v", what, want.KindName(), psn, t.Wait)
+	case syn(a) != want || a.Pkt.BTH.PSN != psn:
+		t.Failf([]*Frame{req, a}, "%s: %s for PSN %d, want %s for PSN %d", what, syn(a).KindName(), a.Pkt.BTH.PSN, want.KindName(), psn)
+	default:
+		t.Evidence(req, a)
+		return a
+	}
+	return nil
+}
+
+// silent requires no acknowledge from the peer for t.Quiet.
+func (t *T) silent(what string, cause ...*Frame) bool {
+	for _, f := range t.Collect(t.Quiet) {
+		if isAcknowledge(f) || f.Pkt.BTH.Opcode.Info() != nil && f.Pkt.BTH.Opcode.Info().Op == bth.OpReadResponse {
+			t.Failf(append(cause, f), "%s: the peer answered %s", what, f)
+			return false
+		}
+	}
+	return true
+}
+
+func psnSequenceNAKOnce(t *T) {
+	first := t.send(t.Write(0, pattern(64, 1)))
+	if first == nil || !t.wantACK(first[0], first[0].Pkt.BTH.PSN, "the in-sequence WRITE") {
+		return
+	}
+	gap := t.PSN
+	t.PSN = gap.Next()
+	ahead := t.send(t.Write(64, pattern(64, 2)), t.Write(128, pattern(64, 3)), t.Write(192, pattern(64, 4)))
+	if ahead == nil {
+		return
+	}
+	var naks []*Frame
+	for _, f := range t.Collect(t.Quiet) {
+		if !isAcknowledge(f) {
+			continue
+		}
+		if syn(f).IsACK() {
+			t.Failf(append(ahead, f), "a request beyond the gap at PSN %d was acknowledged (%s)", gap, f)
+			return
+		}
+		naks = append(naks, f)
+	}
+	switch {
+	case len(naks) == 0:
+		t.Failf(ahead, "no NAK for the gap at PSN %d", gap)
+		return
+	case len(naks) > 1:
+		t.Failf(naks, "%d NAKs for one gap at PSN %d, want 1", len(naks), gap)
+		return
+	case syn(naks[0]) != bth.SyndromePSNSeqErr || naks[0].Pkt.BTH.PSN != gap:
+		t.Failf(naks, "got %s, want NAK_PSN_SEQ for PSN %d", naks[0], gap)
+		return
+	}
+	t.Evidence(ahead[0], naks[0])
+	// Resending from the gap must be accepted.
+	t.PSN = gap
+	again := t.send(t.Write(64, pattern(64, 5)), t.Write(64, pattern(64, 2)), t.Write(128, pattern(64, 3)), t.Write(192, pattern(64, 4)))
+	if again != nil {
+		t.wantACK(again[3], again[3].Pkt.BTH.PSN, "resent from the gap")
+	}
+}
+
+func firstPSNNotAnnounced(t *T) {
+	announced := t.PSN
+	t.PSN = announced.Add(5)
+	w := t.send(t.Write(0, pattern(32, 1)))
+	if w == nil || t.wantNAK(w[0], announced, bth.NAKPSNSequenceError, "a first request 5 PSNs past the announced one") == nil {
+		return
+	}
+	t.PSN = announced
+	w = t.send(t.Write(0, pattern(32, 1)))
+	if w != nil {
+		t.wantACK(w[0], announced, "the request at the announced PSN")
+	}
+}
+
+func duplicateReACKed(t *T) {
+	p := t.PSN
+	ws := t.send(t.Write(0, pattern(16, 1)), t.Write(16, pattern(16, 2)), t.Write(32, pattern(16, 3)))
+	if ws == nil || !t.wantACK(ws[2], p.Add(2), "three WRITEs") {
+		return
+	}
+	dup := clone(&ws[0].Pkt)
+	d := t.send(dup)
+	if d == nil {
+		return
+	}
+	a := t.ackFor(p)
+	switch {
+	case a == nil:
+		t.Failf(d, "the duplicate of PSN %d was not acknowledged within %v", p, t.Wait)
+	case !syn(a).IsACK():
+		t.Failf([]*Frame{d[0], a}, "the duplicate of PSN %d got %s", p, a)
+	case a.Pkt.BTH.PSN.Before(p) || a.Pkt.BTH.PSN.After(p.Add(2)):
+		t.Failf([]*Frame{d[0], a}, "the duplicate of PSN %d was ACKed with PSN %d, outside [%d, %d]", p, a.Pkt.BTH.PSN, p, p.Add(2))
+	default:
+		t.Evidence(d[0], a)
+	}
+	// The expected PSN did not move back.
+	w := t.send(t.Write(48, pattern(16, 4)))
+	if w != nil && !t.Failed() {
+		t.wantACK(w[0], p.Add(3), "the next new request after the duplicate")
+	}
+}
+
+func psnWrap(t *T) {
+	for i := range 4 {
+		w := t.send(t.Write(uint64(8*i), pattern(8, byte(i))))
+		if w == nil || !t.wantACK(w[0], w[0].Pkt.BTH.PSN, "a WRITE across the PSN wrap") {
+			return
+		}
+	}
+}
+
+func migReq(t *T) {
+	for _, mig := range []bool{true, false, true} {
+		p := t.Write(0, pattern(8, 1))
+		p.BTH.MigReq = mig
+		w := t.send(p)
+		if w == nil || !t.wantACK(w[0], p.BTH.PSN, map[bool]string{true: "MigReq 1", false: "MigReq 0"}[mig]) {
+			return
+		}
+	}
+}
+
+func cnpAccepted(t *T) {
+	w := t.send(t.Write(0, pattern(8, 1)))
+	if w == nil || !t.wantACK(w[0], w[0].Pkt.BTH.PSN, "the WRITE before the CNP") {
+		return
+	}
+	cnp := t.send(&bth.Packet{BTH: bth.BTH{Opcode: bth.CNP, BECN: true}})
+	if cnp == nil || !t.silent("after a CNP", cnp...) {
+		return
+	}
+	t.Evidence(cnp...)
+	w = t.send(t.Write(8, pattern(8, 2)))
+	if w != nil {
+		t.wantACK(w[0], w[0].Pkt.BTH.PSN, "the WRITE after the CNP (the CNP must take no PSN)")
+	}
+}
+
+func zeroLengthWrite(t *T) {
+	w := t.send(t.Write(0, nil))
+	if w == nil || !t.wantACK(w[0], w[0].Pkt.BTH.PSN, "a zero-length WRITE") {
+		return
+	}
+	w = t.send(t.Write(0, pattern(8, 1)))
+	if w != nil {
+		t.wantACK(w[0], w[0].Pkt.BTH.PSN, "the WRITE at the next PSN")
+	}
+}
+
+// read builds a READ request of n bytes at the region's offset off; it
+// takes one PSN per response packet.
+func (t *T) read(off uint64, n int) *bth.Packet {
+	p := &bth.Packet{BTH: bth.BTH{Opcode: bth.RCReadRequest, PSN: t.PSN, AckReq: true},
+		RETH: bth.RETH{VA: t.VA + off, RKey: t.RKey, DMALength: uint32(n)}}
+	t.PSN = t.PSN.Add(max(1, (n+t.MTU-1)/t.MTU))
+	return p
+}
+
+// readResponse waits for a READ response Only at psn and checks its size.
+func (t *T) readResponse(req *Frame, psn bth.PSN, n int, what string) *Frame {
+	_, f := t.Until(t.Wait, func(f *Frame) bool { return isAcknowledge(f) || !isRequest(f) && f.Pkt.BTH.Opcode != bth.CNP })
+	switch {
+	case f == nil:
+		t.Failf([]*Frame{req}, "%s: no READ response within %v", what, t.Wait)
+	case f.Pkt.BTH.Opcode != bth.RCReadResponseOnly || f.Pkt.BTH.PSN != psn || len(f.Pkt.Payload) != n:
+		t.Failf([]*Frame{req, f}, "%s: got %s with %d bytes, want RDMA_READ_RESPONSE_ONLY PSN %d with %d bytes", what, f, len(f.Pkt.Payload), psn, n)
+	case !syn(f).IsACK():
+		t.Failf([]*Frame{req, f}, "%s: the response's AETH is %s", what, syn(f).KindName())
+	default:
+		t.Evidence(req, f)
+		return f
+	}
+	return nil
+}
+
+func zeroLengthRead(t *T) {
+	r := t.send(t.read(0, 0))
+	if r == nil || t.readResponse(r[0], r[0].Pkt.BTH.PSN, 0, "a zero-length READ") == nil {
+		return
+	}
+	r = t.send(t.read(0, 8))
+	if r != nil {
+		t.readResponse(r[0], r[0].Pkt.BTH.PSN, 8, "the READ at the next PSN")
+	}
+}
+
+func duplicateRead(t *T) {
+	r := t.send(t.read(0, 64))
+	if r == nil {
+		return
+	}
+	first := t.readResponse(r[0], r[0].Pkt.BTH.PSN, 64, "a READ of 64 bytes")
+	if first == nil {
+		return
+	}
+	dup := clone(&r[0].Pkt)
+	d := t.send(dup)
+	if d == nil {
+		return
+	}
+	again := t.readResponse(d[0], dup.BTH.PSN, 64, "the duplicate READ")
+	if again == nil {
+		return
+	}
+	if !bytes.Equal(again.Pkt.Payload, first.Pkt.Payload) {
+		t.Failf([]*Frame{first, again}, "the duplicate READ returned other bytes")
+		return
+	}
+	shorter := clone(&r[0].Pkt)
+	shorter.RETH.DMALength = 32
+	d = t.send(shorter)
+	if d == nil {
+		return
+	}
+	short := t.readResponse(d[0], shorter.BTH.PSN, 32, "the duplicate READ with length 32")
+	if short == nil {
+		return
+	}
+	if !bytes.Equal(short.Pkt.Payload, first.Pkt.Payload[:32]) {
+		t.Failf([]*Frame{first, short}, "the shorter duplicate READ returned other bytes")
+		return
+	}
+	r = t.send(t.read(64, 8))
+	if r != nil {
+		t.readResponse(r[0], r[0].Pkt.BTH.PSN, 8, "the next new READ")
+	}
+}
+
+func writeOnlySize(delta int) func(t *T) {
+	return func(t *T) {
+		n := t.MTU + delta
+		w := t.send(t.Write(0, pattern(n, 1)))
+		if w == nil {
+			return
+		}
+		if delta > 0 {
+			t.wantNAK(w[0], w[0].Pkt.BTH.PSN, bth.NAKInvalidRequest, "a WRITE Only of MTU+1 bytes")
+			return
+		}
+		t.wantACK(w[0], w[0].Pkt.BTH.PSN, "a WRITE Only of MTU"+map[bool]string{true: "-1", false: ""}[delta < 0]+" bytes")
+	}
+}
+
+func accessViolation(bounds bool) func(t *T) {
+	return func(t *T) {
+		p := t.Write(0, pattern(64, 1))
+		what := "a WRITE with an R_Key the peer never gave"
+		if bounds {
+			p.RETH.VA += 1 << 40
+			what = "a WRITE 1 TiB past the region's start"
+		} else {
+			p.RETH.RKey ^= 0x5A5A5A00
+		}
+		w := t.send(p)
+		if w == nil || t.wantNAK(w[0], p.BTH.PSN, bth.NAKRemoteAccessError, what) == nil {
+			return
+		}
+		// The QP is in the error state: a valid request gets no answer.
+		ok := t.send(t.Write(0, pattern(8, 2)))
+		if ok != nil {
+			t.silent("a valid WRITE after the remote access error (the QP should be in the error state)", ok...)
+		}
+	}
+}
+
+func rnrNoReceive(t *T) {
+	p := t.Request(bth.RCSendOnly, pattern(16, 1))
+	s := t.send(p)
+	if s == nil {
+		return
+	}
+	a := t.ackFor(p.BTH.PSN)
+	switch {
+	case a == nil:
+		t.Failf(s, "no RNR NAK for a SEND with no receive WQE posted, within %v", t.Wait)
+		return
+	case syn(a).Kind() != bth.KindRNRNAK || a.Pkt.BTH.PSN != p.BTH.PSN:
+		t.Failf([]*Frame{s[0], a}, "got %s, want RNR_NAK for PSN %d", a, p.BTH.PSN)
+		return
+	}
+	t.Evidence(s[0], a)
+	t.Logf("RNR NAK timer code %d (%v)", syn(a).Value(), bth.RNRTimer(syn(a).Value()))
+	// The QP goes on: the PSN still expected is the SEND's.
+	t.PSN = p.BTH.PSN
+	w := t.send(t.Write(0, pattern(8, 2)))
+	if w != nil {
+		t.wantACK(w[0], p.BTH.PSN, "a WRITE at the RNR NAKed PSN")
+	}
+}
+
+// peerMessage sends a SEND to rc_pingpong's server and collects the
+// SEND it answers with, up to its last packet; nil when it did not come.
+func (t *T) peerMessage() []*Frame {
+	s := t.send(t.Request(bth.RCSendOnly, pattern(64, 9)))
+	if s == nil {
+		return nil
+	}
+	var msg []*Frame
+	_, last := t.Until(t.Wait, func(f *Frame) bool {
+		if isRequest(f) && f.Pkt.BTH.Opcode.Info().Op == bth.OpSend {
+			msg = append(msg, f)
+			return f.Pkt.BTH.Opcode.Info().Ends()
+		}
+		return false
+	})
+	if last == nil {
+		t.Failf(append(s, msg...), "rc_pingpong's server did not answer a SEND with a whole SEND within %v", t.Wait)
+		return nil
+	}
+	if msg[0].Pkt.BTH.PSN != t.PeerPSN {
+		t.Failf(msg[:1], "the peer's first request has PSN %d, not the %d it announced", msg[0].Pkt.BTH.PSN, t.PeerPSN)
+		return nil
+	}
+	return msg
+}
+
+func goBackN(t *T) {
+	msg := t.peerMessage()
+	if msg == nil {
+		return
+	}
+	if len(msg) < 3 {
+		t.NotApplicable("the peer's SEND is %d packets; go-back-N needs 3 (rc_pingpong -s at least 2 MTU + 1)", len(msg))
+		return
+	}
+	lost := msg[1].Pkt.BTH.PSN
+	nak := t.send(t.NAK(lost, bth.SyndromePSNSeqErr, 0))
+	if nak == nil {
+		return
+	}
+	t.Evidence(msg[1], nak[0])
+	want := msg[1:]
+	var resent []*Frame
+	_, _ = t.Until(t.Wait, func(f *Frame) bool {
+		if isRequest(f) {
+			resent = append(resent, f)
+		}
+		return len(resent) == len(want)
+	})
+	if len(resent) < len(want) {
+		t.Failf(append(nak, resent...), "after a NAK for PSN %d the peer resent %d packets within %v, want %d", lost, len(resent), t.Wait, len(want))
+		return
+	}
+	for i, f := range resent {
+		o := want[i]
+		if f.Pkt.BTH.PSN != o.Pkt.BTH.PSN || f.Pkt.BTH.Opcode != o.Pkt.BTH.Opcode || !bytes.Equal(f.Pkt.Payload, o.Pkt.Payload) {
+			t.Failf([]*Frame{nak[0], o, f}, "resent packet %d is %s with %d bytes, want %s with %d bytes and the same payload",
+				i+1, f, len(f.Pkt.Payload), o, len(o.Pkt.Payload))
+			return
+		}
+		if info := f.Pkt.BTH.Opcode.Info(); info.Ext&bth.ExtRETH != 0 && !info.Starts() {
+			t.Failf([]*Frame{f}, "resent packet %d carries a RETH but is not a First or Only", i+1)
+			return
+		}
+	}
+	t.Evidence(resent[0], resent[len(resent)-1])
+	t.send(t.Ack(resent[len(resent)-1].Pkt.BTH.PSN, 1))
+}
+
+func ghostACK(t *T) {
+	msg := t.peerMessage()
+	if msg == nil {
+		return
+	}
+	last := msg[len(msg)-1].Pkt.BTH.PSN
+	ghost := t.send(t.Ack(last.Add(10), 1))
+	if ghost == nil {
+		return
+	}
+	// Nothing was acknowledged: the peer must send its message again when
+	// its ACK timer (timeout 14, 67 ms on rc_pingpong) runs out.
+	_, again := t.Until(t.Wait, func(f *Frame) bool { return isRequest(f) && f.Pkt.BTH.PSN == t.PeerPSN })
+	if again == nil {
+		t.Failf(append(ghost, msg...), "after an ACK for PSN %d, which it never sent, the peer did not resend PSN %d within %v: it took the ghost ACK", last.Add(10), t.PeerPSN, t.Wait)
+		return
+	}
+	t.Evidence(ghost[0], again)
+	t.send(t.Ack(last, 1))
+}
+
+func rnrTimerZero(t *T) {
+	msg := t.peerMessage()
+	if msg == nil {
+		return
+	}
+	first := msg[0].Pkt.BTH.PSN
+	nak := t.send(t.NAK(first, bth.RNRNAKSyndrome(0), 0))
+	if nak == nil {
+		return
+	}
+	wait := bth.RNRTimer(0)
+	_, again := t.Until(wait+t.Wait, func(f *Frame) bool { return isRequest(f) && f.Pkt.BTH.PSN == first })
+	if again == nil {
+		t.Failf(nak, "after an RNR NAK with timer code 0 the peer did not resend PSN %d within %v", first, wait+t.Wait)
+		return
+	}
+	took := again.At.Sub(nak[0].At)
+	if took < wait {
+		t.Failf([]*Frame{nak[0], again}, "the peer resent PSN %d after %v, before the %v of RNR timer code 0", first, took, wait)
+		return
+	}
+	t.Evidence(nak[0], again)
+	t.Logf("resent after %v", took.Round(time.Microsecond))
+	t.Collect(t.Quiet)
+	t.send(t.Ack(msg[len(msg)-1].Pkt.BTH.PSN, 1))
+}
+
+func retryExhaustion(t *T) {
+	const retryCnt = 7 // rc_pingpong's
+	msg := t.peerMessage()
+	if msg == nil {
+		return
+	}
+	first := msg[0].Pkt.BTH.PSN
+	// Never acknowledge; count the transmissions of the first PSN until
+	// the peer goes quiet for longer than a few of its ACK timeouts.
+	sends := []*Frame{msg[0]}
+	gap := 4*67*time.Millisecond + t.Wait
+	for {
+		f, err := t.Next(gap)
+		if err != nil {
+			break
+		}
+		if isRequest(f) && f.Pkt.BTH.PSN == first {
+			sends = append(sends, f)
+			if len(sends) > 4*retryCnt {
+				break
+			}
+		}
+	}
+	if len(sends) != retryCnt+1 {
+		more := ""
+		if len(sends) > 4*retryCnt {
+			more = " (counting stopped)"
+		}
+		t.Failf(sends, "PSN %d was sent %d times%s with no ACK; rc_pingpong sets retry_cnt %d, so want %d", first, len(sends), more, retryCnt, retryCnt+1)
+		return
+	}
+	t.Evidence(sends[0], sends[len(sends)-1])
+}

@@ -1,0 +1,135 @@
+package conform
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+
+	"github.com/roce-emu/roce-emu/bth"
+	"github.com/roce-emu/roce-emu/transport"
+)
+
+func runSelf(t *testing.T, opts SelfOptions, cases []Case) Report {
+	t.Helper()
+	s, err := NewSelf(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rep, err := Run(context.Background(), s.Target(), cases, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func TestSelfPassesEveryCase(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rep := runSelf(t, SelfOptions{Seed: 1}, Cases())
+		for _, r := range rep.Cases {
+			t.Logf("%-30s %-4s %v %s", r.Name, r.Verdict, r.Frames, r.Detail)
+			if r.Verdict != Pass {
+				t.Errorf("case %s: %s (%s), frames %v", r.Name, r.Verdict, r.Detail, r.Frames)
+			}
+		}
+	})
+}
+
+// dropNAKs is a peer Conn that never sends a NAK: a peer broken on
+// purpose.
+type dropNAKs struct{ transport.Conn }
+
+func (c dropNAKs) WriteBatch(ds []transport.Datagram) (int, error) {
+	keep := ds[:0:0]
+	for _, d := range ds {
+		var p bth.Packet
+		if p.Decode(d.Data) == nil && p.BTH.Opcode == bth.RCAcknowledge && !p.AETH.Syndrome.IsACK() {
+			continue
+		}
+		keep = append(keep, d)
+	}
+	if _, err := c.Conn.WriteBatch(keep); err != nil {
+		return 0, err
+	}
+	return len(ds), nil
+}
+
+func verdicts(rep Report) map[string]Verdict {
+	m := map[string]Verdict{}
+	for _, r := range rep.Cases {
+		m[r.Name] = r.Verdict
+	}
+	return m
+}
+
+func TestBrokenPeerFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rep := runSelf(t, SelfOptions{Seed: 2, WrapConn: func(c transport.Conn) transport.Conn { return dropNAKs{c} }}, Cases())
+		v := verdicts(rep)
+		for _, name := range []string{"psn-sequence-error-nak-once", "first-psn-not-announced", "write-mtu-plus-1",
+			"r-key-violation", "bounds-violation", "rnr-nak-no-receive-wqe"} {
+			if v[name] != Fail {
+				t.Errorf("a peer that sends no NAK: case %s is %s, want fail", name, v[name])
+			}
+		}
+		// What needs no NAK from the peer still passes.
+		for _, name := range []string{"psn-wrap", "zero-length-read", "go-back-n", "rnr-timer-code-0"} {
+			if v[name] != Pass {
+				t.Errorf("a peer that sends no NAK: case %s is %s, want pass", name, v[name])
+			}
+		}
+		if rep.Failed == 0 || rep.Passed+rep.Failed+rep.NA != len(Cases()) {
+			t.Errorf("report counts %+v", rep)
+		}
+	})
+}
+
+func TestRxeRetryCountFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rep := runSelf(t, SelfOptions{Seed: 3, RxeRetryCount: true}, casesNamed(t, "retry-exhaustion", "go-back-n"))
+		if rep.Cases[0].Verdict != Fail || rep.Cases[1].Verdict != Pass {
+			t.Errorf("verdicts %+v", rep.Cases)
+		}
+		if len(rep.Cases[0].Frames) != 29 {
+			t.Errorf("evidence of a retransmission without end: %d frames, want the 29 counted", len(rep.Cases[0].Frames))
+		}
+	})
+}
+
+func casesNamed(t *testing.T, names ...string) []Case {
+	var cs []Case
+	for _, n := range names {
+		found := false
+		for _, c := range Cases() {
+			if c.Name == n {
+				cs, found = append(cs, c), true
+			}
+		}
+		if !found {
+			t.Fatalf("no case %s", n)
+		}
+	}
+	return cs
+}
+
+// TestDocCase runs the case package's doc shows, as it is shown.
+func TestDocCase(t *testing.T) {
+	c := Case{Name: "rnr-nak-send-imm", IBTA: "IBTA Vol. 1 9.7.5.2.8", Peer: WriteBW,
+		Run: func(t *T) {
+			p := t.Request(bth.RCSendOnlyImm, []byte("hello"))
+			s := t.send(p)
+			if s == nil {
+				return // could not send: n/a
+			}
+			a := t.ackFor(p.BTH.PSN) // the peer's ACK or NAK, within t.Wait
+			if a == nil || a.Pkt.AETH.Syndrome.Kind() != bth.KindRNRNAK {
+				t.Failf(append(s, a), "want an RNR NAK for PSN %d", p.BTH.PSN)
+			}
+		}}
+	synctest.Test(t, func(t *testing.T) {
+		rep := runSelf(t, SelfOptions{}, []Case{c})
+		if r := rep.Cases[0]; r.Verdict != Pass || len(r.Frames) != 0 {
+			t.Errorf("%+v", r)
+		}
+	})
+}
