@@ -2,10 +2,12 @@ package conform
 
 import (
 	"context"
+	"io"
 	"testing"
 	"testing/synctest"
 
 	"github.com/roce-emu/roce-emu/bth"
+	"github.com/roce-emu/roce-emu/pcap"
 	"github.com/roce-emu/roce-emu/transport"
 )
 
@@ -114,7 +116,7 @@ func casesNamed(t *testing.T, names ...string) []Case {
 
 // TestDocCase runs the case package's doc shows, as it is shown.
 func TestDocCase(t *testing.T) {
-	c := Case{Name: "rnr-nak-send-imm", IBTA: "IBTA Vol. 1 9.7.5.2.8", Peer: WriteBW,
+	c := Case{Name: "rnr-nak-send-imm", IBTA: "IBTA Vol. 1 ch. 9.7 (RNR NAK)", Peer: WriteBW,
 		Run: func(t *T) {
 			p := t.Request(bth.RCSendOnlyImm, []byte("hello"))
 			s := t.send(p)
@@ -132,4 +134,72 @@ func TestDocCase(t *testing.T) {
 			t.Errorf("%+v", r)
 		}
 	})
+}
+
+// TestCaptureFrames checks that the frames a Result cites are those of its
+// capture: the NAK of the sequence-error case is the one frame in its
+// capture that is a NAK, and it is cited.
+func TestCaptureFrames(t *testing.T) {
+	dir := t.TempDir()
+	synctest.Test(t, func(t *testing.T) {
+		s, err := NewSelf(SelfOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		rep, err := Run(context.Background(), s.Target(), casesNamed(t, "psn-sequence-error-nak-once", "go-back-n"), Options{PcapDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rep.Cases {
+			if r.Verdict != Pass || r.Capture == "" {
+				t.Fatalf("%+v", r)
+			}
+			frames := readCapture(t, r.Capture)
+			cited := map[int]bool{}
+			for _, n := range r.Frames {
+				if n < 1 || n > len(frames) {
+					t.Fatalf("%s cites frame %d of %d", r.Name, n, len(frames))
+				}
+				cited[n] = true
+			}
+			naks := 0
+			for i, p := range frames {
+				if p.BTH.Opcode == bth.RCAcknowledge && !p.AETH.Syndrome.IsACK() {
+					naks++
+					if !cited[i+1] {
+						t.Errorf("%s: the NAK in frame %d is not cited (%v)", r.Name, i+1, r.Frames)
+					}
+				}
+			}
+			if naks != 1 {
+				t.Errorf("%s: %d NAKs in the capture, want 1", r.Name, naks)
+			}
+		}
+	})
+}
+
+// readCapture decodes the RoCEv2 packets of a capture of IPv4 frames.
+func readCapture(t *testing.T, path string) []bth.Packet {
+	t.Helper()
+	r, err := pcap.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var ps []bth.Packet
+	for {
+		data, _, _, err := r.Next()
+		if err == io.EOF {
+			return ps
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p bth.Packet
+		if err := p.Decode(data[bth.EthernetLen+bth.IPv4Len+bth.UDPLen:]); err != nil {
+			t.Fatalf("frame %d: %v", len(ps)+1, err)
+		}
+		ps = append(ps, p)
+	}
 }

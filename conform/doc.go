@@ -22,7 +22,7 @@
 // and calls t.Failf with the frames that show a departure. For example,
 // that a SEND with immediate data and no receive WQE is RNR NAKed:
 //
-//	{Name: "rnr-nak-send-imm", IBTA: "IBTA Vol. 1 9.7.5.2.8", Peer: WriteBW,
+//	{Name: "rnr-nak-send-imm", IBTA: "IBTA Vol. 1 ch. 9.7 (RNR NAK)", Peer: WriteBW,
 //		Run: func(t *T) {
 //			p := t.Request(bth.RCSendOnlyImm, []byte("hello"))
 //			s := t.send(p)

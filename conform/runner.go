@@ -136,6 +136,8 @@ type Result struct {
 	Frames  []int  `json:"frames"`
 	Detail  string `json:"detail"`
 	Capture string `json:"capture,omitempty"`
+
+	setupFailed bool
 }
 
 // Report is the outcome of a run.
@@ -144,8 +146,9 @@ type Report struct {
 	Passed int      `json:"passed"`
 	Failed int      `json:"failed"`
 	NA     int      `json:"na"`
-	// NotRun counts the n/a cases whose set-up failed (no peer program,
-	// an exchange that broke): not verdicts on the peer.
+	// NotRun counts the n/a cases whose set-up failed (the peer's program
+	// did not answer, or its exchange broke): not verdicts on the peer. A
+	// program the target does not run (ErrNoPeer) is not counted.
 	NotRun int `json:"not_run"`
 }
 
@@ -227,7 +230,7 @@ func Run(ctx context.Context, tgt *Target, cases []Case, opts Options) (Report, 
 		default:
 			rep.NA++
 		}
-		if strings.HasPrefix(res.Detail, "not run") {
+		if res.setupFailed {
 			rep.NotRun++
 		}
 		rep.Cases = append(rep.Cases, res)
@@ -270,6 +273,7 @@ func runCase(ctx context.Context, tgt *Target, rd *reader, i int, c Case, opts O
 			res.Detail = fmt.Sprintf("not run: the target runs no %s", c.Peer)
 		} else {
 			res.Detail = fmt.Sprintf("not run: cannot reach %s: %v", c.Peer, err)
+			res.setupFailed = true
 		}
 		return res, nil
 	}
@@ -278,6 +282,7 @@ func runCase(ctx context.Context, tgt *Target, rd *reader, i int, c Case, opts O
 	if err != nil {
 		res.Verdict = NA
 		res.Detail = fmt.Sprintf("not run: %s's exchange: %v", c.Peer, err)
+		res.setupFailed = true
 		return res, nil
 	}
 	t := &T{Driver: d, Wait: tgt.Wait, Quiet: tgt.Quiet, verdict: Pass}
