@@ -24,8 +24,14 @@ func Cases() []Case {
 		{Name: "r-key-violation", IBTA: "IBTA Vol. 1 ch. 9.7 and ch. 10 (memory protection: an invalid R_Key is NAKed remote access error; the QP goes to the error state)", Peer: WriteBW, Run: accessViolation(false)},
 		{Name: "bounds-violation", IBTA: "IBTA Vol. 1 ch. 9.7 and ch. 10 (memory protection: an access beyond the region is NAKed remote access error; the QP goes to the error state)", Peer: WriteBW, Run: accessViolation(true)},
 		{Name: "duplicate-read-reexecuted", IBTA: "IBTA Vol. 1 ch. 9.7 (responder: a duplicate READ is executed again, with its own length)", Peer: ReadBW, Run: duplicateRead},
+		{Name: "write-segmented", IBTA: "IBTA Vol. 1 ch. 9.7 (a WRITE of several packets: First with the RETH and Middle carry exactly the MTU, Last the rest)", Peer: WriteBW, Run: writeSegmented},
+		{Name: "write-middle-short", IBTA: "IBTA Vol. 1 ch. 9.7 (a Middle packet shorter than the MTU is NAKed invalid request)", Peer: WriteBW, Run: writeMiddleShort},
+		{Name: "write-middle-without-first", IBTA: "IBTA Vol. 1 ch. 9.7 (opcode sequence: a Middle with no First is NAKed invalid request)", Peer: WriteBW, Run: middleWithoutFirst},
+		{Name: "read-response-segmented", IBTA: "IBTA Vol. 1 ch. 9.7 (a READ of several MTUs: responses First and Last with an AETH, Middle without, one PSN each)", Peer: ReadBW, Run: readSegmented},
+		{Name: "duplicate-write-not-reexecuted", IBTA: "IBTA Vol. 1 ch. 9.7 (responder: a duplicate WRITE is acknowledged, not executed again)", Peer: ReadBW, Run: duplicateWriteNotReexecuted},
 		{Name: "rnr-nak-no-receive-wqe", IBTA: "IBTA Vol. 1 ch. 9.7 (RNR NAK: a SEND finding no receive WQE is RNR NAKed; the QP stays usable)", Peer: WriteBW, Run: rnrNoReceive},
 		{Name: "go-back-n", IBTA: "IBTA Vol. 1 ch. 9.7 (requester: after a PSN sequence error NAK, resend from the NAKed PSN, each packet as before)", Peer: Pingpong, Run: goBackN},
+		{Name: "duplicate-send-not-redelivered", IBTA: "IBTA Vol. 1 ch. 9.7 (responder: a duplicate SEND is acknowledged, not delivered again)", Peer: Pingpong, Run: duplicateSend},
 		{Name: "ghost-ack-ignored", IBTA: "IBTA Vol. 1 ch. 9.7 (requester: an ACK for a PSN not yet sent is ignored)", Peer: Pingpong, Run: ghostACK},
 		{Name: "rnr-timer-code-0", IBTA: "IBTA Vol. 1 Table 45 (RNR NAK timer code 0 is 655.36 ms) and ch. 9.7 (requester waits it before resending)", Peer: Pingpong, Run: rnrTimerZero},
 		{Name: "retry-exhaustion", IBTA: "IBTA Vol. 1 ch. 9.7 (requester: retry_cnt retransmissions after ACK timeouts, then no more)", Peer: Pingpong, Run: retryExhaustion},
@@ -281,7 +287,7 @@ func (t *T) readResponse(req *Frame, psn bth.PSN, n int, what string) *Frame {
 	case f == nil:
 		t.Failf([]*Frame{req}, "%s: no READ response within %v", what, t.Wait)
 	case f.Pkt.BTH.Opcode != bth.RCReadResponseOnly || f.Pkt.BTH.PSN != psn || len(f.Pkt.Payload) != n:
-		t.Failf([]*Frame{req, f}, "%s: got %s with %d bytes, want RDMA_READ_RESPONSE_ONLY PSN %d with %d bytes", what, f, len(f.Pkt.Payload), psn, n)
+		t.Failf([]*Frame{req, f}, "%s: got %s with %d bytes, want %s PSN %d with %d bytes", what, f, len(f.Pkt.Payload), bth.RCReadResponseOnly, psn, n)
 	case !syn(f).IsACK():
 		t.Failf([]*Frame{req, f}, "%s: the response's AETH is %s", what, syn(f).KindName())
 	default:
@@ -407,13 +413,13 @@ func rnrNoReceive(t *T) {
 }
 
 // peerMessage sends a SEND to rc_pingpong's server and collects the
-// SEND it answers with, up to its last packet; nil when it did not come.
-func (t *T) peerMessage() []*Frame {
+// SEND it answers with, up to its last packet; msg is nil when it did not
+// come (the case has failed).
+func (t *T) peerMessage() (sent *Frame, msg []*Frame) {
 	s := t.send(t.Request(bth.RCSendOnly, pattern(64, 9)))
 	if s == nil {
-		return nil
+		return nil, nil
 	}
-	var msg []*Frame
 	_, last := t.Until(t.Wait, func(f *Frame) bool {
 		if isRequest(f) && f.Pkt.BTH.Opcode.Info().Op == bth.OpSend {
 			msg = append(msg, f)
@@ -423,17 +429,17 @@ func (t *T) peerMessage() []*Frame {
 	})
 	if last == nil {
 		t.Failf(append(s, msg...), "rc_pingpong's server did not answer a SEND with a whole SEND within %v", t.Wait)
-		return nil
+		return nil, nil
 	}
 	if msg[0].Pkt.BTH.PSN != t.PeerPSN {
 		t.Failf(msg[:1], "the peer's first request has PSN %d, not the %d it announced", msg[0].Pkt.BTH.PSN, t.PeerPSN)
-		return nil
+		return nil, nil
 	}
-	return msg
+	return s[0], msg
 }
 
 func goBackN(t *T) {
-	msg := t.peerMessage()
+	_, msg := t.peerMessage()
 	if msg == nil {
 		return
 	}
@@ -476,7 +482,7 @@ func goBackN(t *T) {
 }
 
 func ghostACK(t *T) {
-	msg := t.peerMessage()
+	_, msg := t.peerMessage()
 	if msg == nil {
 		return
 	}
@@ -497,7 +503,7 @@ func ghostACK(t *T) {
 }
 
 func rnrTimerZero(t *T) {
-	msg := t.peerMessage()
+	_, msg := t.peerMessage()
 	if msg == nil {
 		return
 	}
@@ -525,7 +531,7 @@ func rnrTimerZero(t *T) {
 
 func retryExhaustion(t *T) {
 	const retryCnt = 7 // rc_pingpong's
-	msg := t.peerMessage()
+	_, msg := t.peerMessage()
 	if msg == nil {
 		return
 	}
@@ -555,4 +561,126 @@ func retryExhaustion(t *T) {
 		return
 	}
 	t.Evidence(sends[0], sends[len(sends)-1])
+}
+
+func writeSegmented(t *T) {
+	data := pattern(2*t.MTU+5, 3)
+	first := t.Request(bth.RCWriteFirst, data[:t.MTU])
+	first.RETH = bth.RETH{VA: t.VA, RKey: t.RKey, DMALength: uint32(len(data))}
+	first.BTH.AckReq = false
+	mid := t.Request(bth.RCWriteMiddle, data[t.MTU:2*t.MTU])
+	mid.BTH.AckReq = false
+	last := t.Request(bth.RCWriteLast, data[2*t.MTU:])
+	ws := t.send(first, mid, last)
+	if ws != nil {
+		t.wantACK(ws[2], last.BTH.PSN, "a WRITE of 2 MTU + 5 bytes in three packets")
+	}
+}
+
+func writeMiddleShort(t *T) {
+	data := pattern(2*t.MTU, 4)
+	first := t.Request(bth.RCWriteFirst, data[:t.MTU])
+	first.RETH = bth.RETH{VA: t.VA, RKey: t.RKey, DMALength: uint32(len(data))}
+	first.BTH.AckReq = false
+	mid := t.Request(bth.RCWriteMiddle, data[t.MTU:2*t.MTU-1])
+	ws := t.send(first, mid)
+	if ws != nil {
+		t.wantNAK(ws[1], mid.BTH.PSN, bth.NAKInvalidRequest, "a WRITE Middle of MTU-1 bytes")
+	}
+}
+
+func middleWithoutFirst(t *T) {
+	w := t.send(t.Request(bth.RCWriteMiddle, pattern(t.MTU, 5)))
+	if w != nil {
+		t.wantNAK(w[0], w[0].Pkt.BTH.PSN, bth.NAKInvalidRequest, "a WRITE Middle with no First")
+	}
+}
+
+func readSegmented(t *T) {
+	n := 2*t.MTU + 1
+	r := t.send(t.read(0, n))
+	if r == nil {
+		return
+	}
+	psn := r[0].Pkt.BTH.PSN
+	want := []struct {
+		op   bth.Opcode
+		n    int
+		aeth bool
+	}{{bth.RCReadResponseFirst, t.MTU, true}, {bth.RCReadResponseMiddle, t.MTU, false}, {bth.RCReadResponseLast, 1, true}}
+	for i, w := range want {
+		_, f := t.Until(t.Wait, func(f *Frame) bool { return !isRequest(f) })
+		switch {
+		case f == nil:
+			t.Failf(r, "response %d of a READ of %d bytes did not come within %v", i+1, n, t.Wait)
+			return
+		case f.Pkt.BTH.Opcode != w.op || f.Pkt.BTH.PSN != psn.Add(i) || len(f.Pkt.Payload) != w.n:
+			t.Failf([]*Frame{r[0], f}, "response %d is %s with %d bytes, want %s PSN %d with %d bytes", i+1, f, len(f.Pkt.Payload), w.op, psn.Add(i), w.n)
+			return
+		case w.aeth && !syn(f).IsACK():
+			t.Failf([]*Frame{f}, "response %d carries %s", i+1, syn(f).KindName())
+			return
+		}
+		t.Evidence(f)
+	}
+	r = t.send(t.read(0, 8))
+	if r != nil {
+		t.readResponse(r[0], psn.Add(3), 8, "the READ after it (three PSNs later)")
+	}
+}
+
+func duplicateWriteNotReexecuted(t *T) {
+	old, cur := pattern(16, 0x10), pattern(16, 0x20)
+	w1 := t.send(t.Write(0, old))
+	if w1 == nil {
+		return
+	}
+	a := t.ackFor(w1[0].Pkt.BTH.PSN)
+	if a != nil && syn(a) == bth.NAKSyndrome(bth.NAKRemoteAccessError) {
+		t.NotApplicable("the peer's region takes no WRITE (%s)", a)
+		return
+	}
+	if a == nil || !syn(a).IsACK() || a.Pkt.BTH.PSN != w1[0].Pkt.BTH.PSN {
+		t.Failf([]*Frame{w1[0], a}, "the first WRITE was not ACKed")
+		return
+	}
+	w2 := t.send(t.Write(0, cur))
+	if w2 == nil || !t.wantACK(w2[0], w2[0].Pkt.BTH.PSN, "the second WRITE to the same bytes") {
+		return
+	}
+	dup := t.send(clone(&w1[0].Pkt))
+	if dup == nil || t.ackFor(w1[0].Pkt.BTH.PSN) == nil {
+		t.Failf(dup, "the duplicate of the first WRITE was not acknowledged")
+		return
+	}
+	r := t.send(t.read(0, 16))
+	if r == nil {
+		return
+	}
+	f := t.readResponse(r[0], r[0].Pkt.BTH.PSN, 16, "a READ of the bytes written")
+	if f != nil && !bytes.Equal(f.Pkt.Payload, cur) {
+		t.Failf([]*Frame{dup[0], f}, "the duplicate WRITE was executed again: the bytes are the first WRITE's")
+	}
+}
+
+func duplicateSend(t *T) {
+	ours, msg := t.peerMessage()
+	if msg == nil {
+		return
+	}
+	last := msg[len(msg)-1].Pkt.BTH.PSN
+	t.send(t.Ack(last, 1))
+	t.Collect(t.Quiet) // the peer's SEND completes
+	dup := t.send(clone(&ours.Pkt))
+	if dup == nil || !t.wantACK(dup[0], ours.Pkt.BTH.PSN, "the duplicate SEND") {
+		return
+	}
+	// rc_pingpong answers every message it receives: a duplicate
+	// delivered again draws a new SEND.
+	for _, f := range t.Collect(t.Quiet) {
+		if isRequest(f) && f.Pkt.BTH.PSN.After(last) {
+			t.Failf([]*Frame{dup[0], f}, "the duplicate SEND was delivered again: rc_pingpong answered it with a new SEND")
+			return
+		}
+	}
 }

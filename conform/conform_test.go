@@ -69,7 +69,7 @@ func TestBrokenPeerFails(t *testing.T) {
 		rep := runSelf(t, SelfOptions{Seed: 2, WrapConn: func(c transport.Conn) transport.Conn { return dropNAKs{c} }}, Cases())
 		v := verdicts(rep)
 		for _, name := range []string{"psn-sequence-error-nak-once", "first-psn-not-announced", "write-mtu-plus-1",
-			"r-key-violation", "bounds-violation", "rnr-nak-no-receive-wqe"} {
+			"r-key-violation", "bounds-violation", "rnr-nak-no-receive-wqe", "write-middle-short", "write-middle-without-first"} {
 			if v[name] != Fail {
 				t.Errorf("a peer that sends no NAK: case %s is %s, want fail", name, v[name])
 			}
@@ -202,4 +202,58 @@ func readCapture(t *testing.T, path string) []bth.Packet {
 		}
 		ps = append(ps, p)
 	}
+}
+
+// forgetful is a peer Conn that takes every duplicate request for a new
+// one: it rewrites a request's PSN that is not past the last one seen on
+// its QP to the next one (re-encoding the ICRC), as a responder that
+// executes duplicates again would see them.
+type forgetful struct {
+	transport.Conn
+	next map[uint32]bth.PSN
+}
+
+func (c *forgetful) ReadBatch(ds []transport.Datagram) (int, error) {
+	n, err := c.Conn.ReadBatch(ds)
+	for i := range n {
+		d := &ds[i]
+		var p bth.Packet
+		if p.Decode(d.Data) != nil || p.BTH.Opcode == bth.RCAcknowledge || p.BTH.Opcode == bth.CNP {
+			continue
+		}
+		next, seen := c.next[p.BTH.DestQP]
+		if seen && p.BTH.PSN.Before(next) {
+			p.BTH.PSN = next
+			enc := bth.Encap{Src: d.Src.Addr(), Dst: d.Dst.Addr(), SrcPort: d.Src.Port(), DstPort: d.Dst.Port()}
+			if b, err := p.Append(nil, &enc); err == nil {
+				d.Data = append(d.Data[:0], b...)
+			}
+		}
+		if !seen || !p.BTH.PSN.Before(next) {
+			npkts := 1
+			if p.BTH.Opcode == bth.RCReadRequest {
+				npkts = max(1, (int(p.RETH.DMALength)+1023)/1024)
+			}
+			c.next[p.BTH.DestQP] = p.BTH.PSN.Add(npkts)
+		}
+	}
+	return n, err
+}
+
+func TestForgetfulPeerFailsDuplicates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		wrap := func(c transport.Conn) transport.Conn { return &forgetful{Conn: c, next: map[uint32]bth.PSN{}} }
+		dups := []string{"duplicate-request-reacked", "duplicate-write-not-reexecuted", "duplicate-send-not-redelivered", "duplicate-read-reexecuted"}
+		rep := runSelf(t, SelfOptions{Seed: 4, WrapConn: wrap}, casesNamed(t, append(dups, "psn-wrap", "write-segmented")...))
+		for i, r := range rep.Cases {
+			want := Fail
+			if i >= len(dups) {
+				want = Pass
+			}
+			t.Logf("%s: %s: %s", r.Name, r.Verdict, r.Detail)
+			if r.Verdict != want {
+				t.Errorf("a peer that executes duplicates again: %s is %s (%s), want %s", r.Name, r.Verdict, r.Detail, want)
+			}
+		}
+	})
 }
