@@ -79,6 +79,7 @@ func (t *T) send(ps ...*bth.Packet) []*Frame {
 	fs, err := t.SendBatch(ps)
 	if err != nil {
 		t.NotApplicable("not run: the prober could not send: %v", err)
+		t.notRun = true
 		return nil
 	}
 	return fs

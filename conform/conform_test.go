@@ -2,7 +2,10 @@ package conform
 
 import (
 	"context"
+	"errors"
 	"io"
+	"net"
+	"strings"
 	"testing"
 	"testing/synctest"
 
@@ -253,6 +256,46 @@ func TestForgetfulPeerFailsDuplicates(t *testing.T) {
 			t.Logf("%s: %s: %s", r.Name, r.Verdict, r.Detail)
 			if r.Verdict != want {
 				t.Errorf("a peer that executes duplicates again: %s is %s (%s), want %s", r.Name, r.Verdict, r.Detail, want)
+			}
+		}
+	})
+}
+
+// A peer program that is not there is n/a; one that does not answer is
+// n/a and counted as not run; a broken exchange too.
+func TestNotRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, err := NewSelf(SelfOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		tgt := s.Target()
+		selfDial := tgt.Dial
+		tgt.Dial = func(ctx context.Context, p Peer) (net.Conn, error) {
+			switch p {
+			case ReadBW:
+				return nil, ErrNoPeer
+			case Pingpong:
+				return nil, errors.New("connection refused")
+			}
+			c, err := selfDial(ctx, p)
+			if err != nil {
+				return nil, err
+			}
+			c.Write([]byte("garbage"))
+			return c, nil
+		}
+		rep, err := Run(context.Background(), tgt, casesNamed(t, "zero-length-read", "go-back-n", "psn-wrap"), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.NA != 3 || rep.NotRun != 2 {
+			t.Errorf("report %+v", rep)
+		}
+		for i, want := range []string{"not run: the target runs no ib_read_bw", "not run: cannot reach ibv_rc_pingpong: connection refused", "not run: ib_write_bw's exchange: "} {
+			if r := rep.Cases[i]; r.Verdict != NA || !strings.HasPrefix(r.Detail, want) {
+				t.Errorf("case %s: %s %q, want n/a %q", r.Name, r.Verdict, r.Detail, want)
 			}
 		}
 	})

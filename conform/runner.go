@@ -89,6 +89,7 @@ type T struct {
 	verdict  Verdict
 	detail   []string
 	evidence []int
+	notRun   bool // the prober could not do its part
 }
 
 // Failf fails the case, citing frames as the evidence; the first failure
@@ -194,6 +195,8 @@ func Run(ctx context.Context, tgt *Target, cases []Case, opts Options) (Report, 
 	if tgt.Conn == nil || tgt.Dial == nil {
 		return Report{}, errors.New("conform: the target needs a Conn and a Dial")
 	}
+	cp := *tgt // the defaults below are not the caller's
+	tgt = &cp
 	if tgt.Wait <= 0 {
 		tgt.Wait = time.Second
 	}
@@ -293,7 +296,7 @@ func runCase(ctx context.Context, tgt *Target, rd *reader, i int, c Case, opts O
 	if n := d.Overflow(); n > 0 {
 		t.Logf("%d peer packets were not kept (more than %d unread)", n, maxQueued)
 	}
-	res.Verdict = t.verdict
+	res.Verdict, res.setupFailed = t.verdict, t.notRun
 	res.Detail = strings.Join(t.detail, "; ")
 	res.Frames = append(res.Frames, dedupe(t.evidence)...)
 	if w != nil {
