@@ -17,12 +17,14 @@ func Cases() []Case {
 		{Name: "migreq-either-way", IBTA: "IBTA Vol. 1 9.2 (BTH MigReq) and ch. 9.7: a request is accepted with MigReq 1 or 0", Peer: WriteBW, Run: migReq},
 		{Name: "cnp-accepted", IBTA: "IBTA Vol. 1 Annex A17.9.3 (RoCEv2 CNP): a CNP takes no PSN and changes nothing else", Peer: WriteBW, Run: cnpAccepted},
 		{Name: "zero-length-write", IBTA: "IBTA Vol. 1 ch. 9.7 (an RDMA WRITE of zero bytes is one packet, one PSN)", Peer: WriteBW, Run: zeroLengthWrite},
+		{Name: "zero-length-no-r-key-check", IBTA: "IBTA Vol. 1 C9-88, as rxe_resp.c cites it (a zero-length RDMA WRITE or READ needs no valid R_Key or VA)", Peer: ReadBW, Run: zeroLengthNoRKey},
 		{Name: "zero-length-read", IBTA: "IBTA Vol. 1 ch. 9.7 (an RDMA READ of zero bytes is answered by one READ response Only, one PSN)", Peer: ReadBW, Run: zeroLengthRead},
 		{Name: "write-mtu-minus-1", IBTA: "IBTA Vol. 1 ch. 9.7 (an Only packet carries at most the path MTU)", Peer: WriteBW, Run: writeOnlySize(-1)},
 		{Name: "write-mtu", IBTA: "IBTA Vol. 1 ch. 9.7 (an Only packet carries at most the path MTU)", Peer: WriteBW, Run: writeOnlySize(0)},
 		{Name: "write-mtu-plus-1", IBTA: "IBTA Vol. 1 ch. 9.7 (a packet longer than the path MTU is NAKed invalid request)", Peer: WriteBW, Run: writeOnlySize(+1)},
 		{Name: "r-key-violation", IBTA: "IBTA Vol. 1 ch. 9.7 and ch. 10 (memory protection: an invalid R_Key is NAKed remote access error; the QP goes to the error state)", Peer: WriteBW, Run: accessViolation(false)},
 		{Name: "bounds-violation", IBTA: "IBTA Vol. 1 ch. 9.7 and ch. 10 (memory protection: an access beyond the region is NAKed remote access error; the QP goes to the error state)", Peer: WriteBW, Run: accessViolation(true)},
+		{Name: "read-bounds-violation", IBTA: "IBTA Vol. 1 ch. 9.7 and ch. 10 (memory protection: a READ beyond the region is NAKed remote access error, nothing is returned)", Peer: ReadBW, Run: readBounds},
 		{Name: "duplicate-read-reexecuted", IBTA: "IBTA Vol. 1 ch. 9.7 (responder: a duplicate READ is executed again, with its own length)", Peer: ReadBW, Run: duplicateRead},
 		{Name: "write-segmented", IBTA: "IBTA Vol. 1 ch. 9.7 (a WRITE of several packets: First with the RETH and Middle carry exactly the MTU, Last the rest)", Peer: WriteBW, Run: writeSegmented},
 		{Name: "write-middle-short", IBTA: "IBTA Vol. 1 ch. 9.7 (a Middle packet shorter than the MTU is NAKed invalid request)", Peer: WriteBW, Run: writeMiddleShort},
@@ -177,8 +179,15 @@ func psnSequenceNAKOnce(t *T) {
 	// Resending from the gap must be accepted.
 	t.PSN = gap
 	again := t.send(t.Write(64, pattern(64, 5)), t.Write(64, pattern(64, 2)), t.Write(128, pattern(64, 3)), t.Write(192, pattern(64, 4)))
-	if again != nil {
-		t.wantACK(again[3], again[3].Pkt.BTH.PSN, "resent from the gap")
+	if again == nil || !t.wantACK(again[3], again[3].Pkt.BTH.PSN, "resent from the gap") {
+		return
+	}
+	// A new gap is a new sequence error: one more NAK.
+	gap2 := t.PSN
+	t.PSN = gap2.Add(2)
+	ahead = t.send(t.Write(0, pattern(8, 6)))
+	if ahead != nil {
+		t.wantNAK(ahead[0], gap2, bth.NAKPSNSequenceError, "a second gap, after the first was filled")
 	}
 }
 
@@ -684,5 +693,39 @@ func duplicateSend(t *T) {
 			t.Failf([]*Frame{dup[0], f}, "the duplicate SEND was delivered again: rc_pingpong answered it with a new SEND")
 			return
 		}
+	}
+}
+
+func zeroLengthNoRKey(t *T) {
+	w := t.Request(bth.RCWriteOnly, nil)
+	w.RETH = bth.RETH{VA: 0, RKey: 0, DMALength: 0}
+	f := t.send(w)
+	if f == nil || !t.wantACK(f[0], w.BTH.PSN, "a zero-length WRITE with R_Key 0 and VA 0") {
+		return
+	}
+	r := &bth.Packet{BTH: bth.BTH{Opcode: bth.RCReadRequest, PSN: t.PSN, AckReq: true}, RETH: bth.RETH{}}
+	t.PSN = t.PSN.Next()
+	f = t.send(r)
+	if f != nil {
+		t.readResponse(f[0], r.BTH.PSN, 0, "a zero-length READ with R_Key 0 and VA 0")
+	}
+}
+
+func readBounds(t *T) {
+	r := t.read(1<<40, 64)
+	f := t.send(r)
+	if f == nil {
+		return
+	}
+	_, a := t.Until(t.Wait, func(f *Frame) bool { return !isRequest(f) })
+	switch {
+	case a == nil:
+		t.Failf(f, "no answer to a READ 1 TiB past the region within %v", t.Wait)
+	case a.Pkt.BTH.Opcode != bth.RCAcknowledge:
+		t.Failf([]*Frame{f[0], a}, "a READ 1 TiB past the region was answered %s with %d bytes", a, len(a.Pkt.Payload))
+	case syn(a) != bth.NAKSyndrome(bth.NAKRemoteAccessError) || a.Pkt.BTH.PSN != r.BTH.PSN:
+		t.Failf([]*Frame{f[0], a}, "got %s, want NAK_REMOTE_ACCESS for PSN %d", a, r.BTH.PSN)
+	default:
+		t.Evidence(f[0], a)
 	}
 }
