@@ -17,7 +17,8 @@ func Cases() []Case {
 		{Name: "migreq-either-way", IBTA: "IBTA Vol. 1 9.2 (BTH MigReq) and ch. 9.7: a request is accepted with MigReq 1 or 0", Peer: WriteBW, Run: migReq},
 		{Name: "cnp-accepted", IBTA: "IBTA Vol. 1 Annex A17.9.3 (RoCEv2 CNP): a CNP takes no PSN and changes nothing else", Peer: WriteBW, Run: cnpAccepted},
 		{Name: "zero-length-write", IBTA: "IBTA Vol. 1 ch. 9.7 (an RDMA WRITE of zero bytes is one packet, one PSN)", Peer: WriteBW, Run: zeroLengthWrite},
-		{Name: "zero-length-no-r-key-check", IBTA: "IBTA Vol. 1 C9-88, as rxe_resp.c cites it (a zero-length RDMA WRITE or READ needs no valid R_Key or VA)", Peer: ReadBW, Run: zeroLengthNoRKey},
+		{Name: "zero-length-write-no-r-key", IBTA: "IBTA Vol. 1 C9-88, as rxe_resp.c cites it (a zero-length RDMA WRITE needs no valid R_Key or VA)", Peer: WriteBW, Run: zeroLengthNoRKey(false)},
+		{Name: "zero-length-read-no-r-key", IBTA: "IBTA Vol. 1 C9-88, as rxe_resp.c cites it (a zero-length RDMA READ needs no valid R_Key or VA)", Peer: ReadBW, Run: zeroLengthNoRKey(true)},
 		{Name: "zero-length-read", IBTA: "IBTA Vol. 1 ch. 9.7 (an RDMA READ of zero bytes is answered by one READ response Only, one PSN)", Peer: ReadBW, Run: zeroLengthRead},
 		{Name: "write-mtu-minus-1", IBTA: "IBTA Vol. 1 ch. 9.7 (an Only packet carries at most the path MTU)", Peer: WriteBW, Run: writeOnlySize(-1)},
 		{Name: "write-mtu", IBTA: "IBTA Vol. 1 ch. 9.7 (an Only packet carries at most the path MTU)", Peer: WriteBW, Run: writeOnlySize(0)},
@@ -696,18 +697,21 @@ func duplicateSend(t *T) {
 	}
 }
 
-func zeroLengthNoRKey(t *T) {
-	w := t.Request(bth.RCWriteOnly, nil)
-	w.RETH = bth.RETH{VA: 0, RKey: 0, DMALength: 0}
-	f := t.send(w)
-	if f == nil || !t.wantACK(f[0], w.BTH.PSN, "a zero-length WRITE with R_Key 0 and VA 0") {
-		return
-	}
-	r := &bth.Packet{BTH: bth.BTH{Opcode: bth.RCReadRequest, PSN: t.PSN, AckReq: true}, RETH: bth.RETH{}}
-	t.PSN = t.PSN.Next()
-	f = t.send(r)
-	if f != nil {
-		t.readResponse(f[0], r.BTH.PSN, 0, "a zero-length READ with R_Key 0 and VA 0")
+func zeroLengthNoRKey(read bool) func(t *T) {
+	return func(t *T) {
+		if !read {
+			w := t.Request(bth.RCWriteOnly, nil)
+			w.RETH = bth.RETH{}
+			if f := t.send(w); f != nil {
+				t.wantACK(f[0], w.BTH.PSN, "a zero-length WRITE with R_Key 0 and VA 0")
+			}
+			return
+		}
+		r := &bth.Packet{BTH: bth.BTH{Opcode: bth.RCReadRequest, PSN: t.PSN, AckReq: true}}
+		t.PSN = t.PSN.Next()
+		if f := t.send(r); f != nil {
+			t.readResponse(f[0], r.BTH.PSN, 0, "a zero-length READ with R_Key 0 and VA 0")
+		}
 	}
 }
 

@@ -79,7 +79,7 @@ func TestBrokenPeerFails(t *testing.T) {
 			}
 		}
 		// What needs no NAK from the peer still passes.
-		for _, name := range []string{"psn-wrap", "zero-length-read", "zero-length-no-r-key-check", "go-back-n", "rnr-timer-code-0"} {
+		for _, name := range []string{"psn-wrap", "zero-length-read", "zero-length-write-no-r-key", "zero-length-read-no-r-key", "go-back-n", "rnr-timer-code-0"} {
 			if v[name] != Pass {
 				t.Errorf("a peer that sends no NAK: case %s is %s, want pass", name, v[name])
 			}
