@@ -13,6 +13,7 @@ func Cases() []Case {
 		{Name: "psn-sequence-error-nak-once", IBTA: "IBTA Vol. 1 ch. 9.7 (responder: a request ahead of the expected PSN is NAKed PSN sequence error, once per gap)", Peer: WriteBW, Run: psnSequenceNAKOnce},
 		{Name: "first-psn-not-announced", IBTA: "IBTA Vol. 1 ch. 9.7 (responder: expected PSN set at RTR to the announced one)", Peer: WriteBW, Run: firstPSNNotAnnounced},
 		{Name: "duplicate-request-reacked", IBTA: "IBTA Vol. 1 ch. 9.7 (responder: duplicate SEND/WRITE requests are acknowledged again, not executed)", Peer: WriteBW, Run: duplicateReACKed},
+		{Name: "psn-half-windows", IBTA: "IBTA Vol. 1 9.7.1 and ch. 9.7 (a PSN up to 2^23 behind the expected one is a duplicate, ACKed again; one less than 2^23 ahead is a sequence error, NAKed)", Peer: WriteBW, Run: psnHalfWindows},
 		{Name: "psn-wrap", IBTA: "IBTA Vol. 1 9.7.1 (PSN arithmetic modulo 2^24)", Peer: WriteBW, StartPSN: 0xFFFFFE, Run: psnWrap},
 		{Name: "migreq-either-way", IBTA: "IBTA Vol. 1 9.2 (BTH MigReq) and ch. 9.7: a request is accepted with MigReq 1 or 0", Peer: WriteBW, Run: migReq},
 		{Name: "cnp-accepted", IBTA: "IBTA Vol. 1 Annex A17.9.3 (RoCEv2 CNP): a CNP takes no PSN and changes nothing else", Peer: WriteBW, Run: cnpAccepted},
@@ -731,5 +732,40 @@ func readBounds(t *T) {
 		t.Failf([]*Frame{f[0], a}, "got %s, want NAK_REMOTE_ACCESS for PSN %d", a, r.BTH.PSN)
 	default:
 		t.Evidence(f[0], a)
+	}
+}
+
+func psnHalfWindows(t *T) {
+	w := t.send(t.Write(0, pattern(8, 1)))
+	if w == nil || !t.wantACK(w[0], w[0].Pkt.BTH.PSN, "a first WRITE") {
+		return
+	}
+	latest, next := w[0].Pkt.BTH.PSN, t.PSN
+	old := t.Write(0, pattern(8, 1))
+	old.BTH.PSN = next.Add(-(1 << 22))
+	d := t.send(old)
+	if d == nil {
+		return
+	}
+	a := t.ackFor(old.BTH.PSN)
+	switch {
+	case a == nil:
+		t.Failf(d, "a request 2^22 PSNs behind got no answer within %v; it is a duplicate, to be ACKed", t.Wait)
+		return
+	case !syn(a).IsACK() || a.Pkt.BTH.PSN.Before(old.BTH.PSN) || a.Pkt.BTH.PSN.After(latest):
+		t.Failf([]*Frame{d[0], a}, "a request 2^22 PSNs behind got %s; want an ACK with a PSN from %d to %d", a, old.BTH.PSN, latest)
+		return
+	}
+	t.Evidence(d[0], a)
+	far := t.Write(0, pattern(8, 2))
+	far.BTH.PSN = next.Add(1<<23 - 1)
+	t.PSN = next
+	f := t.send(far)
+	if f == nil || t.wantNAK(f[0], next, bth.NAKPSNSequenceError, "a request 2^23-1 PSNs ahead") == nil {
+		return
+	}
+	w = t.send(t.Write(0, pattern(8, 3)))
+	if w != nil {
+		t.wantACK(w[0], next, "the request at the expected PSN")
 	}
 }

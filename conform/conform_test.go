@@ -73,7 +73,7 @@ func TestBrokenPeerFails(t *testing.T) {
 		v := verdicts(rep)
 		for _, name := range []string{"psn-sequence-error-nak-once", "first-psn-not-announced", "write-mtu-plus-1",
 			"r-key-violation", "bounds-violation", "rnr-nak-no-receive-wqe", "write-middle-short", "write-middle-without-first",
-			"read-bounds-violation"} {
+			"read-bounds-violation", "psn-half-windows"} {
 			if v[name] != Fail {
 				t.Errorf("a peer that sends no NAK: case %s is %s, want fail", name, v[name])
 			}
@@ -248,7 +248,7 @@ func (c *forgetful) ReadBatch(ds []transport.Datagram) (int, error) {
 func TestForgetfulPeerFailsDuplicates(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		wrap := func(c transport.Conn) transport.Conn { return &forgetful{Conn: c, next: map[uint32]bth.PSN{}} }
-		dups := []string{"duplicate-request-reacked", "duplicate-write-not-reexecuted", "duplicate-send-not-redelivered", "duplicate-read-reexecuted"}
+		dups := []string{"psn-half-windows", "duplicate-request-reacked", "duplicate-write-not-reexecuted", "duplicate-send-not-redelivered", "duplicate-read-reexecuted"}
 		rep := runSelf(t, SelfOptions{Seed: 4, WrapConn: wrap}, casesNamed(t, append(dups, "psn-wrap", "write-segmented")...))
 		for i, r := range rep.Cases {
 			want := Fail
