@@ -19,7 +19,7 @@ type scenario struct {
 }
 
 func (h *harness) scenarios() []scenario {
-	return append(h.scenarios4(), h.ipv6Scenarios()...)
+	return append(append(h.scenarios4(), h.ipv6Scenarios()...), h.conformScenarios()...)
 }
 
 // scenarios4 are the scenarios over IPv4.
