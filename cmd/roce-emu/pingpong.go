@@ -27,6 +27,7 @@ type pingpongFlags struct {
 	timeout time.Duration
 	chk     bool
 	events  bool
+	sl      int
 	// connection is RC, UC or UD (--connection): ibv_rc_pingpong,
 	// ibv_uc_pingpong or ibv_ud_pingpong.
 	connection string
@@ -61,6 +62,7 @@ func (f *pingpongFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.timeout, "timeout", 60*time.Second, "give up when the run takes longer than this")
 	fs.BoolVar(&f.chk, "c", false, "validate the received buffer as the pingpong programs' --chk: the client zeroes the first byte of every 4096-byte page before it sends, the server checks those bytes at the end")
 	fs.BoolVar(&f.events, "e", false, "accepted for compatibility: roce-emu always sleeps until a completion arrives (as the pingpong programs' -e do), it never busy-polls")
+	fs.IntVar(&f.sl, "l", 0, "service `level` (0-15), accepted for compatibility: a RoCEv2 packet has no field for it (no LRH)")
 	fs.StringVar(&f.connection, "connection", "RC", "queue pair `type`: RC (ibv_rc_pingpong), UC (ibv_uc_pingpong) or UD (ibv_ud_pingpong)")
 	fs.BoolVar(&f.srq, "srq", false, "speak ibv_srq_pingpong: -q RC QPs that share one shared receive queue of -r receives")
 	fs.IntVar(&f.numQP, "q", srqPingpongQPs, "with --srq, the number of QPs (1-255; ibv_srq_pingpong's -q)")
@@ -91,6 +93,8 @@ func (f *pingpongFlags) check() error {
 		return fmt.Errorf("-g %d: roce-emu has GID indexes 0 and 1 (both the --bind address)", f.gidIdx)
 	case f.port < 1 || f.port > 65535:
 		return fmt.Errorf("-p %d: TCP port must be 1-65535", f.port)
+	case f.sl < 0 || f.sl > 15:
+		return fmt.Errorf("-l %d: a service level is 0-15", f.sl)
 	case f.srq && f.qpType != qp.IBV_QPT_RC:
 		return fmt.Errorf("--srq: ibv_srq_pingpong runs RC QPs; give it with --connection RC")
 	case f.set["q"] && !f.srq:

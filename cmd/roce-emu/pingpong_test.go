@@ -143,7 +143,7 @@ func TestWarnOnce(t *testing.T) {
 
 // ibv_uc_pingpong between our two sides: UC QPs, nothing acknowledged.
 func TestPingpongUC(t *testing.T) {
-	sout, cout := runPingpongPair(t, []string{"--connection", "UC", "-c"}, []string{"--connection", "uc", "-c"})
+	sout, cout := runPingpongPair(t, []string{"--connection", "UC", "-c"}, []string{"--connection", "uc", "-c", "-l", "3"})
 	for _, o := range []string{sout, cout} {
 		assert.Contains(t, o, "400000 bytes in ")
 		assert.Contains(t, o, "20 iters in ")
@@ -239,6 +239,7 @@ func TestPingpongFamilyBadFlags(t *testing.T) {
 		{[]string{"server", "--srq", "-q", "0"}, "1 to 255"},
 		{[]string{"server", "--srq", "-q", "20", "-r", "10"}, "too small for 20 QPs"},
 		{[]string{"server", "--srq", "-s", "0"}, "at least 1 byte"},
+		{[]string{"server", "-l", "16"}, "0-15"},
 	} {
 		var o, e bytes.Buffer
 		assert.Equal(t, 2, run(c.args, &o, &e), "%v", c.args)

@@ -113,7 +113,9 @@ func ipv6(s scenario) scenario {
 
 // ipv6Scenarios are the scenarios that matter run again over IPv6:
 // rc_pingpong at both MTUs in both roles, ib_write_bw, ib_read_bw and
-// ib_send_lat in both roles, and a dropped packet.
+// ib_send_lat in both roles, a dropped packet, ud_pingpong in both roles
+// (the GRH slot holds an IPv6 header), uc_pingpong and srq_pingpong in
+// one role each.
 func (h *harness) ipv6Scenarios() []scenario {
 	var ss []scenario
 	for _, s := range h.scenarios4() {
@@ -126,7 +128,9 @@ func (h *harness) ipv6Scenarios() []scenario {
 			"fault-drop-send-middle-towards-rxe", "fault-drop-send-middle-from-rxe",
 			"perftest-ib_write_bw-rxe-client", "perftest-ib_write_bw-roce-emu-client",
 			"perftest-ib_read_bw-rxe-client", "perftest-ib_read_bw-roce-emu-client",
-			"perftest-ib_send_lat-rxe-client", "perftest-ib_send_lat-roce-emu-client":
+			"perftest-ib_send_lat-rxe-client", "perftest-ib_send_lat-roce-emu-client",
+			"uc-pingpong-rxe-client", "srq-pingpong-roce-emu-client",
+			"ud-pingpong-rxe-client-mtu1024-s1024", "ud-pingpong-roce-emu-client-mtu1024-s1024":
 			ss = append(ss, ipv6(s))
 		}
 	}
