@@ -140,3 +140,109 @@ func TestWarnOnce(t *testing.T) {
 	assert.Equal(t, "roce-emu: send failed, err: sendmmsg udp: sendmmsg: message too long (a packet is larger than the link allows: lower the path MTU -m; roce-emu sets Don't Fragment) (said once)\n"+
 		"roce-emu: read failed; endpoint stops, err: EOF (said once)\n", b.String())
 }
+
+// ibv_uc_pingpong between our two sides: UC QPs, nothing acknowledged.
+func TestPingpongUC(t *testing.T) {
+	sout, cout := runPingpongPair(t, []string{"--connection", "UC", "-c"}, []string{"--connection", "uc", "-c", "-l", "3"})
+	for _, o := range []string{sout, cout} {
+		assert.Contains(t, o, "400000 bytes in ")
+		assert.Contains(t, o, "20 iters in ")
+		assert.NotContains(t, o, "warning")
+		assert.NotContains(t, o, "invalid data")
+		assert.Contains(t, o, "retransmitted 0,", "UC never retransmits")
+	}
+	// 20 messages of 10000 bytes at MTU 1024, 10 packets each, from each side.
+	assert.Contains(t, cout, "counters: sent 200, received 200,")
+}
+
+// ibv_ud_pingpong between our two sides: one packet per message at most
+// the port MTU, received after the 40-byte GRH slot.
+func TestPingpongUD(t *testing.T) {
+	sout, cout := runPingpongPair(t, []string{"--connection", "UD", "-s", "1024", "-c"}, []string{"--connection", "UD", "-s", "1024", "-c"})
+	for _, o := range []string{sout, cout} {
+		assert.Contains(t, o, "40960 bytes in ")
+		assert.Contains(t, o, "20 iters in ")
+		assert.Regexp(t, `local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}: GID ::ffff:127\.0\.0\.`, o, "ud_pingpong's own line")
+		assert.NotContains(t, o, "warning")
+		assert.NotContains(t, o, "invalid data")
+		assert.Contains(t, o, "counters: sent 20, received 20,")
+	}
+	// Without -s, ud_pingpong's default of 1024 bytes; -m 4096 lets
+	// 4096-byte datagrams through.
+	sout, _ = runPingpongPair(t, []string{"--connection", "UD", "-s", "4096", "-m", "4096"}, []string{"--connection", "UD", "-s", "4096", "-m", "4096"})
+	assert.Contains(t, sout, "163840 bytes in ")
+	var o, e bytes.Buffer
+	code := run([]string{"server", "--connection", "UD", "-s", "2048", "-m", "1024", "--udp-port", freeUDPPort(t), "-p", freeTCPPort(t)}, &o, &e)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, e.String(), "requested size 2048 larger than the port MTU (1024)")
+}
+
+// The active MTU rxe derives from its link's MTU.
+func TestLinkActiveMTU(t *testing.T) {
+	for ifmtu, want := range map[int]int{1500: 1024, 9000: 4096, 65536: 4096, 1100: 512, 1104: 1024, 300: 256, 68: 256, 4176: 4096, 4175: 2048} {
+		assert.Equal(t, want, linkActiveMTU(ifmtu).Bytes(), "link MTU %d", ifmtu)
+	}
+}
+
+// ibv_srq_pingpong between our two sides: -q QPs share one SRQ each, 256
+// address messages each way, -n exchanges in all.
+func TestPingpongSRQ(t *testing.T) {
+	sout, cout := runPingpongPair(t, []string{"--srq", "-c"}, []string{"--srq", "-c"})
+	for _, o := range []string{sout, cout} {
+		assert.Equal(t, srqPingpongQPs, strings.Count(o, "  local address:  LID 0x0000"))
+		assert.Equal(t, srqPingpongQPs, strings.Count(o, "  remote address: LID 0x0000"))
+		assert.Contains(t, o, "400000 bytes in ")
+		assert.Contains(t, o, "20 iters in ")
+		assert.NotContains(t, o, "warning")
+		assert.NotContains(t, o, "invalid data")
+	}
+	sout, cout = runPingpongPair(t, []string{"--srq", "-q", "3", "-r", "3"}, []string{"--srq", "-q", "3", "-r", "3"})
+	assert.Equal(t, 3, strings.Count(sout, "  remote address:"))
+	assert.Equal(t, 3, strings.Count(cout, "  local address:"))
+
+	// Different QP counts are refused with a reason, not left to hang.
+	tcp, udp := freeTCPPort(t), freeUDPPort(t)
+	var wg sync.WaitGroup
+	var se bytes.Buffer
+	var scode int
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var so bytes.Buffer
+		scode = run([]string{"server", "--bind", "127.0.0.2", "--udp-port", udp, "-p", tcp, "--srq", "-q", "4", "--timeout", "10s"}, &so, &se)
+	}()
+	var ce bytes.Buffer
+	for try := 0; try < 50; try++ {
+		ce.Reset()
+		var co bytes.Buffer
+		if run([]string{"client", "--bind", "127.0.0.1", "--udp-port", udp, "-p", tcp, "--srq", "-q", "2", "--timeout", "10s", "127.0.0.1"}, &co, &ce) == 0 ||
+			!strings.Contains(ce.String(), "cannot reach") {
+			break
+		}
+	}
+	wg.Wait()
+	assert.Equal(t, 1, scode)
+	assert.Contains(t, se.String(), "the peer runs 2 QPs and we run 4: give both sides the same -q")
+	assert.NotEmpty(t, ce.String())
+}
+
+func TestPingpongFamilyBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"server", "--connection", "XRC"}, "want RC, UC or UD"},
+		{[]string{"server", "--connection", "UD", "--srq"}, "--srq"},
+		{[]string{"server", "--connection", "UC", "--srq"}, "--srq"},
+		{[]string{"server", "-q", "4"}, "add --srq"},
+		{[]string{"server", "--srq", "-q", "256"}, "1 to 255"},
+		{[]string{"server", "--srq", "-q", "0"}, "1 to 255"},
+		{[]string{"server", "--srq", "-q", "20", "-r", "10"}, "too small for 20 QPs"},
+		{[]string{"server", "--srq", "-s", "0"}, "at least 1 byte"},
+		{[]string{"server", "-l", "16"}, "0-15"},
+	} {
+		var o, e bytes.Buffer
+		assert.Equal(t, 2, run(c.args, &o, &e), "%v", c.args)
+		assert.Contains(t, e.String(), c.want, "%v", c.args)
+	}
+}

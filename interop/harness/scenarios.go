@@ -65,7 +65,40 @@ func (h *harness) scenarios4() []scenario {
 					ours: map[string]int{"ACK timeouts": 1, "retransmitted": 1}, rxe: []string{"duplicate_request"}, naks: 0})
 			}},
 	)
+	ss = append(ss, pingpongFamilyScenarios()...)
 	return append(append(ss, h.perftestScenarios()...), h.perftestModeScenarios()...)
+}
+
+// pingpongFamilyScenarios run rdma-core's ibv_uc_pingpong,
+// ibv_ud_pingpong and ibv_srq_pingpong against roce-emu's
+// --connection UC, --connection UD and --srq, in both roles, with -c (the
+// page marks checked by the server) on both sides.
+func pingpongFamilyScenarios() []scenario {
+	var ss []scenario
+	for _, role := range []struct {
+		name      string
+		ourClient bool
+	}{{"rxe-client", false}, {"roce-emu-client", true}} {
+		ss = append(ss,
+			scenario{"uc-pingpong-" + role.name,
+				"UC queue pairs: " + role.name + " of ibv_uc_pingpong completes 100 exchanges of 4096 bytes (4 UC packets each at MTU 1024, none acknowledged) with roce-emu --connection UC, data checked",
+				func(h *harness) (string, error) {
+					return h.pingpongProg(pingpongProg{name: "ibv_uc_pingpong", ours: []string{"--connection", "UC"}}, role.ourClient, 1024, 4096, 100, nil, "-c")
+				}},
+			scenario{"srq-pingpong-" + role.name,
+				"shared receive queues: " + role.name + " of ibv_srq_pingpong (16 RC QPs, 256 address messages each way) completes 100 exchanges of 4096 bytes with roce-emu --srq, whose 16 QPs take their receives from one SRQ",
+				func(h *harness) (string, error) {
+					return h.pingpongProg(pingpongProg{name: "ibv_srq_pingpong", ours: []string{"--srq"}}, role.ourClient, 1024, 4096, 100, nil, "-c")
+				}})
+		for _, c := range []struct{ mtu, size int }{{1024, 1024}, {4096, 4096}} {
+			ss = append(ss, scenario{fmt.Sprintf("ud-pingpong-%s-mtu%d-s%d", role.name, c.mtu, c.size),
+				fmt.Sprintf("UD queue pairs: %s of ibv_ud_pingpong completes 100 exchanges of %d-byte datagrams (Q_Key 0x11111111, the 40-byte GRH slot) with roce-emu --connection UD, whose port MTU (%d) comes from the link MTU as rxe's does, data checked", role.name, c.size, c.mtu),
+				func(h *harness) (string, error) {
+					return h.pingpongProg(pingpongProg{name: "ibv_ud_pingpong", ours: []string{"--connection", "UD"}, noMTU: true}, role.ourClient, c.mtu, c.size, 100, nil, "-c")
+				}})
+		}
+	}
+	return ss
 }
 
 // ipv6 runs s with RoCEv2 over IPv6: roce-emu bound to hostIP6, rxe on
@@ -80,7 +113,9 @@ func ipv6(s scenario) scenario {
 
 // ipv6Scenarios are the scenarios that matter run again over IPv6:
 // rc_pingpong at both MTUs in both roles, ib_write_bw, ib_read_bw and
-// ib_send_lat in both roles, and a dropped packet.
+// ib_send_lat in both roles, a dropped packet, ud_pingpong in both roles
+// (the GRH slot holds an IPv6 header), uc_pingpong and srq_pingpong in
+// one role each.
 func (h *harness) ipv6Scenarios() []scenario {
 	var ss []scenario
 	for _, s := range h.scenarios4() {
@@ -94,7 +129,9 @@ func (h *harness) ipv6Scenarios() []scenario {
 			"fault-drop-send-middle-towards-rxe", "fault-drop-send-middle-from-rxe",
 			"perftest-ib_write_bw-rxe-client", "perftest-ib_write_bw-roce-emu-client",
 			"perftest-ib_read_bw-rxe-client", "perftest-ib_read_bw-roce-emu-client",
-			"perftest-ib_send_lat-rxe-client", "perftest-ib_send_lat-roce-emu-client":
+			"perftest-ib_send_lat-rxe-client", "perftest-ib_send_lat-roce-emu-client",
+			"uc-pingpong-rxe-client", "srq-pingpong-roce-emu-client",
+			"ud-pingpong-rxe-client-mtu1024-s1024", "ud-pingpong-roce-emu-client-mtu1024-s1024":
 			ss = append(ss, ipv6(s))
 		}
 	}
@@ -181,9 +218,26 @@ func (h *harness) setMTU(pathMTU int) error {
 	return nil
 }
 
+// pingpongProg is one of rdma-core's pingpong programs and how roce-emu
+// speaks it.
+type pingpongProg struct {
+	name string   // the guest's program
+	ours []string // roce-emu's flags for it
+	// noMTU: the program has no -m (ibv_ud_pingpong takes the port's
+	// active MTU); neither side is given one.
+	noMTU bool
+}
+
 // pingpong runs ibv_rc_pingpong in the guest against roce-emu on the host:
 // roce-emu as client (ourClient) or as server.
 func (h *harness) pingpong(ourClient bool, mtu, size, iters int, fault *faultCheck, flags ...string) (string, error) {
+	return h.pingpongProg(pingpongProg{name: "ibv_rc_pingpong"}, ourClient, mtu, size, iters, fault, flags...)
+}
+
+// pingpongProg runs one of the pingpong programs in the guest against
+// roce-emu on the host, with the link MTU that makes rxe's active MTU mtu;
+// flags go to both sides.
+func (h *harness) pingpongProg(prog pingpongProg, ourClient bool, mtu, size, iters int, fault *faultCheck, flags ...string) (string, error) {
 	if err := h.setMTU(mtu); err != nil {
 		return "", err
 	}
@@ -191,12 +245,16 @@ func (h *harness) pingpong(ourClient bool, mtu, size, iters int, fault *faultChe
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	n, s, m := strconv.Itoa(iters), strconv.Itoa(size), strconv.Itoa(mtu)
-	args := []string{"--bind", h.hostRoCE(), "-n", n, "-s", s, "-m", m, "--timeout", "90s"}
+	args := append([]string{"--bind", h.hostRoCE(), "-n", n, "-s", s, "--timeout", "90s"}, prog.ours...)
+	guestCmd := prog.name + " -d rxe0 -g " + strconv.Itoa(h.gid()) + " -n " + n + " -s " + s
+	if !prog.noMTU {
+		args = append(args, "-m", m)
+		guestCmd += " -m " + m
+	}
 	if fault != nil {
 		args = append(args, "--fault", fault.spec)
 	}
 	args = append(args, flags...)
-	guestCmd := "ibv_rc_pingpong -d rxe0 -g " + strconv.Itoa(h.gid()) + " -n " + n + " -s " + s + " -m " + m
 	for _, f := range flags {
 		guestCmd += " " + f
 	}
@@ -244,7 +302,7 @@ func (h *harness) pingpong(ourClient bool, mtu, size, iters int, fault *faultChe
 	case g.err != nil:
 		return "", fmt.Errorf("guest: %v", g.err)
 	case g.rc != 0:
-		return "", fmt.Errorf("ibv_rc_pingpong exited %d: %s", g.rc, lastLines(g.out, 3))
+		return "", fmt.Errorf("%s exited %d: %s", prog.name, g.rc, lastLines(g.out, 3))
 	case oursErr != nil:
 		return "", fmt.Errorf("roce-emu: %v: %s", oursErr, lastLines(ours.String(), 3))
 	}
