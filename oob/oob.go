@@ -1,12 +1,15 @@
 // Package oob speaks the out-of-band exchanges RDMA test programs use to
 // set up connections without a connection manager: the TCP messages that
 // carry QPNs, PSNs, GIDs, R_Keys and addresses before two RC queue pairs
-// are moved to RTR and RTS. Two protocols are here, each as a session over
-// any net.Conn (TCP, or net.Pipe in tests):
+// are moved to RTR and RTS. Two families of protocols are here, each as a
+// session over any net.Conn (TCP, or net.Pipe in tests):
 //
 //   - rdma-core's ibv_rc_pingpong (libibverbs/examples/rc_pingpong.c and
 //     pingpong.c): one 52-byte "LID:QPN:PSN:GID" message each way and a
-//     "done" from the client ([PingpongClient], [PingpongServer], [Dest]).
+//     "done" from the client ([PingpongClient], [PingpongServer], [Dest]);
+//     ibv_uc_pingpong and ibv_ud_pingpong use the same exchange, and
+//     ibv_srq_pingpong sends 256 such messages each way
+//     ([SRQPingpongClient], [SRQPingpongServer]).
 //   - perftest 6.06's (linux-rdma/perftest src/perftest_communication.c,
 //     the protocol of ib_{send,write,read}_{bw,lat}): versions, system
 //     data, MTU, 108-byte key strings per QP, barriers, bandwidth results
