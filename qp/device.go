@@ -19,6 +19,7 @@ import (
 // its PDs and its QPs (package transport holds the Endpoint's lock).
 type Device struct {
 	keySeq    uint32
+	liveKeys  map[uint32]bool // keys of registered regions, across the PDs
 	nextVA    uint64
 	nextQPN   uint32
 	qpns      map[uint32]*QP
@@ -124,10 +125,27 @@ func (d *Device) NewPD() *PD { return &PD{dev: d, mrs: map[uint32]*MR{}} }
 
 // newKey returns the next memory-region key: a 24-bit index and an 8-bit
 // key byte, as rxe composes them (index << 8 | key).
+//
+// After 2^24 registrations the index wraps; keys of regions still
+// registered are skipped, so a new region never takes a live one's key.
+// It returns 0 when all 2^24 indexes are in use.
 func (d *Device) newKey() uint32 {
-	d.keySeq++
-	seq := d.keySeq
-	return seq<<8 | (seq*37+11)&0xFF
+	if d.liveKeys == nil {
+		d.liveKeys = map[uint32]bool{}
+	}
+	for range 1 << 24 {
+		d.keySeq = (d.keySeq + 1) & 0xFFFFFF
+		if d.keySeq == 0 {
+			d.keySeq = 1 // index 0 (keys 0x00-0xFF) is never handed out
+		}
+		seq := d.keySeq
+		key := seq<<8 | (seq*37+11)&0xFF
+		if !d.liveKeys[key] {
+			d.liveKeys[key] = true
+			return key
+		}
+	}
+	return 0
 }
 
 // newVA reserves size bytes of virtual address space, page-aligned, with a

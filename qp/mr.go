@@ -82,6 +82,9 @@ func (pd *PD) RegMRAt(buf []byte, va uint64, access Access) (*MR, error) {
 		}
 	}
 	key := pd.dev.newKey()
+	if key == 0 {
+		return nil, fmt.Errorf("qp: no memory-region key left (2^24 regions registered)")
+	}
 	mr := &MR{PD: pd, Buf: buf, VA: va, LKey: key, RKey: key, Access: access, valid: true}
 	pd.mrs[key] = mr
 	return mr, nil
@@ -93,6 +96,7 @@ func (pd *PD) DeregMR(mr *MR) error {
 		return ErrUnknownMR
 	}
 	delete(pd.mrs, mr.LKey)
+	delete(pd.dev.liveKeys, mr.LKey)
 	mr.valid = false
 	return nil
 }

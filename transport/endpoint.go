@@ -445,6 +445,7 @@ type QP struct {
 	encap    bth.Encap
 	src, dst netip.AddrPort // of the datagrams, from encap
 	cnpTOS   uint8
+	udSport  uint16 // UD: the one UDP source port, once chosen
 }
 
 // NewQP creates a QP in RESET with the device's next free QPN (from 0x11
@@ -554,7 +555,18 @@ func (w *QP) setEncap(dqpn uint32, av qp.AddressVector) {
 	if dport == 0 {
 		dport = bth.UDPPort
 	}
-	sport := w.ep.conn.SourcePort(bth.SourcePort(av.FlowLabel, w.q.QPN, dqpn))
+	var sport uint16
+	if w.q.Type() == qp.IBV_QPT_UD {
+		// One source port per UD QP, chosen once from its QPN (rxe gives a
+		// UD QP its port at creation), so that the sockets opened do not
+		// grow with the remote QPNs it sends to.
+		if w.udSport == 0 {
+			w.udSport = w.ep.conn.SourcePort(bth.SourcePort(0, w.q.QPN, w.q.QPN))
+		}
+		sport = w.udSport
+	} else {
+		sport = w.ep.conn.SourcePort(bth.SourcePort(av.FlowLabel, w.q.QPN, dqpn))
+	}
 	tc := av.TrafficClass
 	if tc == 0 {
 		ecn := bth.ECT0

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/roce-emu/roce-emu/bth"
@@ -57,7 +58,7 @@ type FaultRule struct {
 	Delay  time.Duration
 	Spec   string // the text the rule was parsed from
 	seen   int
-	acted  int
+	acted  atomic.Int64 // read by Acted from any goroutine
 }
 
 // Faults is a set of rules applied to every packet that crosses a Conn
@@ -129,13 +130,13 @@ func (f *Faults) Apply(dir Direction, p *bth.Packet) Action {
 		if r.Nth > 0 && r.seen != r.Nth {
 			continue
 		}
-		if r.Count > 0 && r.acted >= r.Count {
+		if r.Count > 0 && int(r.acted.Load()) >= r.Count {
 			continue
 		}
 		if r.Prob > 0 && f.rng.Float64() >= r.Prob {
 			continue
 		}
-		r.acted++
+		r.acted.Add(1)
 		switch r.Kind {
 		case FaultDrop:
 			a.Drop = true
@@ -152,7 +153,7 @@ func (f *Faults) Apply(dir Direction, p *bth.Packet) Action {
 }
 
 // Acted returns how many packets the rule has acted on.
-func (r *FaultRule) Acted() int { return r.acted }
+func (r *FaultRule) Acted() int { return int(r.acted.Load()) }
 
 // LossRule is "drop each packet, in both directions, with probability p".
 func LossRule(p float64) *FaultRule {

@@ -31,8 +31,9 @@ type udpConn struct {
 	opts  UDPOptions
 	main  *sender
 
-	mu    sync.Mutex
-	extra map[uint16]*sender
+	mu     sync.Mutex
+	closed bool // guarded by mu: no socket is opened after Close
+	extra  map[uint16]*sender
 
 	rmu     sync.Mutex // one ReadBatch at a time
 	rhdrs   []mmsghdr
@@ -167,7 +168,7 @@ func (c *udpConn) SourcePort(want uint16) uint16 {
 	if _, ok := c.extra[want]; ok {
 		return want
 	}
-	if want == 0 {
+	if want == 0 || c.closed {
 		return c.local.Port()
 	}
 	s, err := c.open(want, false)
@@ -181,6 +182,7 @@ func (c *udpConn) SourcePort(want uint16) uint16 {
 func (c *udpConn) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.closed = true
 	var err error
 	for p, s := range c.extra {
 		if e := s.c.Close(); e != nil && err == nil && p == c.local.Port() {

@@ -33,13 +33,14 @@ type stdConn struct {
 	v6    bool
 	opts  UDPOptions
 
-	mu    sync.Mutex
-	extra map[uint16]*net.UDPConn // by port, the receive socket included
-	main  *net.UDPConn
+	mu     sync.Mutex
+	closed bool                    // guarded by mu: no socket is opened after Close
+	extra  map[uint16]*net.UDPConn // by port, the receive socket included
+	main   *net.UDPConn
 
 	rmu  sync.Mutex
 	wmu  sync.Mutex
-	rbuf []byte // for a ReadBatch slot with no capacity
+	rbuf []byte // every read lands here first (64 KiB: any UDP payload)
 }
 
 // listenStd opens a portable Conn on addr, with ListenUDP's defaults.
@@ -93,7 +94,7 @@ func (c *stdConn) SourcePort(want uint16) uint16 {
 	if _, ok := c.extra[want]; ok {
 		return want
 	}
-	if want == 0 {
+	if want == 0 || c.closed {
 		return c.local.Port()
 	}
 	s, err := c.open(want)
@@ -107,6 +108,7 @@ func (c *stdConn) SourcePort(want uint16) uint16 {
 func (c *stdConn) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.closed = true
 	var err error
 	for p, s := range c.extra {
 		if e := s.Close(); e != nil && err == nil && p == c.local.Port() {
@@ -125,21 +127,25 @@ func (c *stdConn) ReadBatch(ds []Datagram) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	d := &ds[0]
-	buf := d.Data[:cap(d.Data)]
-	if len(buf) == 0 {
-		if c.rbuf == nil {
-			c.rbuf = make([]byte, 16<<10)
-		}
-		buf = c.rbuf
+	// Every datagram is read whole into a buffer larger than any UDP
+	// payload: a read into a smaller slot would cut it silently here
+	// (and fail with WSAEMSGSIZE on Windows). One that does not fit the
+	// slot is handed on empty, to be counted as malformed, as the Linux
+	// Conn does with MSG_TRUNC.
+	if c.rbuf == nil {
+		c.rbuf = make([]byte, 1<<16)
 	}
-	n, src, err := c.main.ReadFromUDPAddrPort(buf)
+	n, src, err := c.main.ReadFromUDPAddrPort(c.rbuf)
 	if err != nil {
 		return 0, err
 	}
-	if len(d.Data[:cap(d.Data)]) == 0 {
-		d.Data = append(d.Data[:0], buf[:n]...)
-	} else {
-		d.Data = buf[:n]
+	switch {
+	case cap(d.Data) == 0:
+		d.Data = append(d.Data[:0], c.rbuf[:n]...)
+	case n > cap(d.Data):
+		d.Data = d.Data[:0]
+	default:
+		d.Data = append(d.Data[:0], c.rbuf[:n]...)
 	}
 	// A GID has no zone, and the QP's remote address came from a GID:
 	// link-local sources are compared without theirs.

@@ -96,11 +96,11 @@ type Config struct {
 	// its Endpoint is made (side 0 is A), and the Endpoint runs on what it
 	// returns. It is where a transport.Conn decorator goes: a packet
 	// observer or capture that sees every datagram each side sends and
-	// receives, or a test's own fault injection. An Endpoint on a wrapped
-	// Conn cannot tell it is on a Network, so where its Options leave
-	// ICRC at transport.ICRCAuto NewPair sets transport.ICRCAssumeID0,
-	// which is exact on a Network: received ICRCs are verified as without
-	// the wrapper.
+	// receives, or a test's own fault injection. An Endpoint sees through
+	// transport's own decorators (they Unwrap) but not through a test's
+	// own wrapper, so where its Options leave ICRC at transport.ICRCAuto
+	// NewPair sets transport.ICRCAssumeID0, which is exact on a Network:
+	// received ICRCs are verified as without the wrapper.
 	WrapConn func(side int, c transport.Conn) transport.Conn
 	// Timeout is how long Side.Wait and Side.WaitOK wait (default
 	// DefaultTimeout).
