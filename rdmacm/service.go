@@ -487,6 +487,10 @@ type ConnParams struct {
 	// PrivateData goes in the REQ (at most 56 bytes after the IP CM
 	// header) or the REP (at most 196).
 	PrivateData []byte
+	// RecvWRs are posted on the QP in INIT, before the REQ or REP leaves,
+	// as rping posts its receive between rdma_create_qp and
+	// rdma_connect or rdma_accept: the peer's first SEND finds them.
+	RecvWRs []qp.RecvWR
 }
 
 func (s *Service) newQPLocked(p *ConnParams) (*transport.QP, error) {
@@ -508,6 +512,12 @@ func (s *Service) newQPLocked(p *ConnParams) (*transport.QP, error) {
 	if err := q.Modify(&qp.Attr{State: qp.IBV_QPS_INIT, AccessFlags: access}, qp.IBV_QP_STATE|qp.IBV_QP_ACCESS_FLAGS|qp.IBV_QP_PKEY_INDEX|qp.IBV_QP_PORT); err != nil {
 		q.Destroy()
 		return nil, err
+	}
+	for _, wr := range p.RecvWRs {
+		if err := q.PostRecv(wr); err != nil {
+			q.Destroy()
+			return nil, err
+		}
 	}
 	s.qps++
 	return q, nil

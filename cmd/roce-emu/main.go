@@ -29,6 +29,7 @@ var commands = []command{
 	{"server", "the server side of ibv_rc_pingpong: RC SEND ping-pong after rc_pingpong's TCP exchange", runServer},
 	{"client", "the client side of ibv_rc_pingpong (client HOST)", runClient},
 	{"bw", "perftest's bandwidth tests, with another roce-emu or with ib_{send,write,read}_bw (-o send|write|read)", runBW},
+	{"rping", "rdma_cm's rping: -s server or -c client, connected through the CM over QP1, ping data by RDMA READ and WRITE", runRping},
 	{"lat", "perftest's latency tests, with another roce-emu or with ib_{send,write,read}_lat (-o send|write|read)", runLat},
 }
 
