@@ -46,7 +46,7 @@ rm -rf "$root/boot" "$root/usr/share"
 
 # Keep only the modules the guest loads (the package has no modules.dep).
 mods="virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover net_failover virtio_net
- crc32_generic ib_core ib_uverbs udp_tunnel ip6_udp_tunnel rdma_rxe"
+ crc32_generic ib_core ib_uverbs udp_tunnel ip6_udp_tunnel rdma_rxe configfs ib_cm iw_cm rdma_cm rdma_ucm"
 moddir="$root/lib/modules/$kver"
 mkdir -p "$work/keep"
 for m in $mods; do

@@ -65,6 +65,7 @@ func (h *harness) scenarios4() []scenario {
 					ours: map[string]int{"ACK timeouts": 1, "retransmitted": 1}, rxe: []string{"duplicate_request"}, naks: 0})
 			}},
 	)
+	ss = append(ss, h.rdmacmScenarios()...)
 	return append(ss, h.perftestScenarios()...)
 }
 

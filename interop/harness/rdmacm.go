@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// rdmacmScenarios run librdmacm's rping in the guest against roce-emu
+// rping, each side as client, and connects to a port nobody listens on.
+func (h *harness) rdmacmScenarios() []scenario {
+	return []scenario{
+		{"rdmacm-rping-rxe-client",
+			"rxe's rping -c -C 100 -v -V connects to roce-emu rping -s through the CM over QP1 (REQ, REP, RTU), runs 100 pings (SEND, READ, SEND, SEND, WRITE, SEND), validates every one, prints each ping line as roce-emu's server does, and disconnects (DREQ, DREP)",
+			func(h *harness) (string, error) { return h.rping(false, 100) }},
+		{"rdmacm-rping-roce-emu-client",
+			"roce-emu rping -c -C 100 -v -V connects to rxe's rping -s through the CM over QP1, runs 100 pings with the data checked, and disconnects; rxe's server prints each ping line",
+			func(h *harness) (string, error) { return h.rping(true, 100) }},
+		{"rdmacm-rej-unused-port-from-rxe",
+			"roce-emu rping -c to a port the guest does not listen on: rxe's CM answers the REQ with a REJ (reason 8, invalid service ID) at once, and roce-emu reports it",
+			func(h *harness) (string, error) { return h.rpingRejected(true) }},
+		{"rdmacm-rej-unused-port-to-rxe",
+			"rxe's rping -c to a port roce-emu does not listen on: roce-emu's CM answers the REQ with a REJ (reason 8) at once, and rping reports RDMA_CM_EVENT_REJECTED",
+			func(h *harness) (string, error) { return h.rpingRejected(false) }},
+	}
+}
+
+// rpingLine is what rping -v prints for ping i of a 64-byte buffer.
+func rpingLine(i int) string {
+	b := []byte(fmt.Sprintf("rdma-ping-%d: ", i))
+	c := byte(65 + i%58)
+	for len(b) < 63 {
+		b = append(b, c)
+		if c++; c > 122 {
+			c = 65
+		}
+	}
+	return string(b)
+}
+
+// checkPingLines wants exactly count lines prefix+rpingLine(i), in order.
+func checkPingLines(out, prefix string, count int) error {
+	i := 0
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimRight(l, "\r")
+		if !strings.HasPrefix(l, prefix) {
+			continue
+		}
+		if i >= count {
+			return fmt.Errorf("more than %d lines %q", count, prefix)
+		}
+		if want := prefix + rpingLine(i); l != want {
+			return fmt.Errorf("line %d is %q, want %q", i, l, want)
+		}
+		i++
+	}
+	if i != count {
+		return fmt.Errorf("%d lines %q, want %d", i, prefix, count)
+	}
+	return nil
+}
+
+// rping runs rping in the guest against roce-emu rping on the host,
+// roce-emu as client (ourClient) or server.
+func (h *harness) rping(ourClient bool, count int) (string, error) {
+	if err := h.setMTU(1024); err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	c := strconv.Itoa(count)
+	type res struct {
+		out string
+		rc  int
+		err error
+	}
+	guestDone := make(chan res, 1)
+	var ours *strings.Builder
+	var oursErr error
+	if ourClient {
+		go func() {
+			out, rc, err := h.guest("timeout 120 rping -s -a "+guestIP+" -v -C "+c, 130*time.Second)
+			guestDone <- res{out, rc, err}
+		}()
+		// rping's server needs a moment to listen (TCG is slow); until it
+		// does, rxe's CM answers our REQ with a REJ.
+		for try := 0; try < 60; try++ {
+			time.Sleep(500 * time.Millisecond)
+			cmd, buf := h.roceEmuCmd(ctx, "rping", "rping", "-c", "--bind", hostIP, "-a", guestIP, "-C", c, "-v", "-V", "--timeout", "100s")
+			oursErr = cmd.Run()
+			ours = buf
+			if oursErr == nil || !strings.Contains(buf.String(), "REJECTED") {
+				break
+			}
+		}
+	} else {
+		cmd, buf := h.roceEmuCmd(ctx, "rping", "rping", "-s", "--bind", hostIP, "-v", "--timeout", "120s")
+		if err := cmd.Start(); err != nil {
+			return "", err
+		}
+		time.Sleep(500 * time.Millisecond)
+		out, rc, err := h.guest("timeout 120 rping -c -a "+hostIP+" -C "+c+" -v -V", 130*time.Second)
+		guestDone <- res{out, rc, err}
+		oursErr = cmd.Wait()
+		ours = buf
+	}
+	g := <-guestDone
+	h.writeLog("rping-roce-emu", ours.String())
+	h.writeLog("rping-guest", g.out)
+	switch {
+	case g.err != nil:
+		return "", fmt.Errorf("guest: %v", g.err)
+	case g.rc != 0:
+		return "", fmt.Errorf("rping exited %d: %s", g.rc, lastLines(g.out, 3))
+	case oursErr != nil:
+		return "", fmt.Errorf("roce-emu: %v: %s", oursErr, lastLines(ours.String(), 3))
+	}
+	client, server := ours.String(), g.out
+	if !ourClient {
+		client, server = g.out, ours.String()
+	}
+	if err := checkPingLines(client, "ping data: ", count); err != nil {
+		return "", fmt.Errorf("client: %v", err)
+	}
+	if err := checkPingLines(server, "server ping data: ", count); err != nil {
+		return "", fmt.Errorf("server: %v", err)
+	}
+	if strings.Contains(client, "data mismatch") {
+		return "", fmt.Errorf("client: data mismatch")
+	}
+	return fmt.Sprintf("%d pings, each line as rping prints it on both sides, -V validated", count), nil
+}
+
+// rpingRejected connects to rdma_cm port 9, where nobody listens: from
+// roce-emu to rxe (ourClient) or from rxe to roce-emu. The REJ must come
+// at once, well before the REQ's first retry (about 6.4 s).
+func (h *harness) rpingRejected(ourClient bool) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if ourClient {
+		start := time.Now()
+		cmd, buf := h.roceEmuCmd(ctx, "rping", "rping", "-c", "--bind", hostIP, "-a", guestIP, "-p", "9", "-C", "1", "--timeout", "30s")
+		err := cmd.Run()
+		took := time.Since(start)
+		h.writeLog("rping-roce-emu", buf.String())
+		if err == nil {
+			return "", fmt.Errorf("roce-emu rping connected to a port nobody listens on")
+		}
+		if !strings.Contains(buf.String(), "RDMA_CM_EVENT_REJECTED, error 8") {
+			return "", fmt.Errorf("no REJ with reason 8: %s", lastLines(buf.String(), 2))
+		}
+		if took > 5*time.Second {
+			return "", fmt.Errorf("the REJ took %.1fs", took.Seconds())
+		}
+		return fmt.Sprintf("REJ (invalid service ID) after %.2fs: %s", took.Seconds(), lastLines(buf.String(), 1)), nil
+	}
+	cmd, buf := h.roceEmuCmd(ctx, "rping", "rping", "-s", "--bind", hostIP, "--timeout", "30s")
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		h.writeLog("rping-roce-emu", buf.String())
+	}()
+	time.Sleep(500 * time.Millisecond)
+	out, rc, err := h.guest("time timeout 30 rping -c -a "+hostIP+" -p 9 -C 1", 40*time.Second)
+	h.writeLog("rping-guest", out)
+	if err != nil {
+		return "", fmt.Errorf("guest: %v", err)
+	}
+	if rc == 0 {
+		return "", fmt.Errorf("rping connected to a port nobody listens on: %s", lastLines(out, 2))
+	}
+	if rc == 124 {
+		return "", fmt.Errorf("rping hung until timeout: no REJ: %s", lastLines(out, 2))
+	}
+	if !strings.Contains(out, "RDMA_CM_EVENT_REJECTED") {
+		return "", fmt.Errorf("rping did not report a REJ: %s", lastLines(out, 3))
+	}
+	return "rping: " + lastLines(out, 4), nil
+}
