@@ -76,6 +76,10 @@ for elf in "$root"/usr/bin/* "$root"/usr/sbin/* "$root"/sbin/* "$root"/bin/ip "$
     [ -e "$root/lib/x86_64-linux-gnu/$base" ] || [ -e "$root/usr/lib/x86_64-linux-gnu/$base" ] || cp -L "$lib" "$root/lib/x86_64-linux-gnu/"
   done
 done
+# glibc loads libgcc_s at run time for pthread_exit and pthread_cancel
+# (rping's threads end so); ldd does not list it.
+gcc_s=$(ldconfig -p | awk '$1 == "libgcc_s.so.1" && /x86-64/ {print $NF; exit}')
+[ -e "$root/lib/x86_64-linux-gnu/libgcc_s.so.1" ] || [ -e "$root/usr/lib/x86_64-linux-gnu/libgcc_s.so.1" ] || cp -L "$gcc_s" "$root/lib/x86_64-linux-gnu/"
 install -m 0755 "$(dirname "$0")/guest-init.sh" "$root/init"
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$out.tmp/initrd.gz"
 echo "$versions" > "$out.tmp/packages"

@@ -162,6 +162,12 @@ func (f *rpingFlags) run() error {
 		return err
 	}
 	defer svc.Close()
+	defer func() {
+		c := svc.Stats().CM
+		f.debugf("cm counters: MADs sent %d, received %d, retransmits %d, duplicate REQs %d, duplicate REPs %d, comm established %d, rejects sent %d, received %d, dropped %d\n",
+			c.MADsSent, c.MADsReceived, c.Retransmits, c.DuplicateREQs, c.DuplicateREPs, c.CommEstablished, c.RejectsSent, c.RejectsReceived,
+			c.DropMalformed+c.DropUnknownAttr+c.DropUnknownConn+c.DropBadState+c.DropBadQPN+c.DropQueueFull)
+	}()
 
 	pd := ep.NewPD()
 	s := &rpingSession{f: f, ep: ep, cq: ep.NewCQ(rpingSQDepth * 2), seen: map[qp.WCOpcode]int{}, wcs: make([]qp.WC, 8),

@@ -14,10 +14,30 @@ func (h *harness) rdmacmScenarios() []scenario {
 	return []scenario{
 		{"rdmacm-rping-rxe-client",
 			"rxe's rping -c -C 100 -v -V connects to roce-emu rping -s through the CM over QP1 (REQ, REP, RTU), runs 100 pings (SEND, READ, SEND, SEND, WRITE, SEND), validates every one, prints each ping line as roce-emu's server does, and disconnects (DREQ, DREP)",
-			func(h *harness) (string, error) { return h.rping(false, 100) }},
+			func(h *harness) (string, error) { return h.rping(false, 100, "", nil) }},
 		{"rdmacm-rping-roce-emu-client",
 			"roce-emu rping -c -C 100 -v -V connects to rxe's rping -s through the CM over QP1, runs 100 pings with the data checked, and disconnects; rxe's server prints each ping line",
-			func(h *harness) (string, error) { return h.rping(true, 100) }},
+			func(h *harness) (string, error) { return h.rping(true, 100, "", nil) }},
+		{"rdmacm-fault-drop-rep-to-rxe",
+			"roce-emu's REP to rxe's rping client is lost: rxe resends its REQ after its CM response timeout (or roce-emu its REP), roce-emu answers the duplicate, the connection comes up and 10 pings are validated",
+			func(h *harness) (string, error) {
+				return h.rping(false, 10, "drop:dir=out,opcode=UD_SEND_ONLY,nth=1", wantCM("retransmits", "duplicate REQs"))
+			}},
+		{"rdmacm-fault-drop-rep-from-rxe",
+			"rxe's REP to roce-emu's rping client is lost: roce-emu resends its REQ after the CM response timeout, rxe answers with its REP again (or resends it), and 10 pings are validated",
+			func(h *harness) (string, error) {
+				return h.rping(true, 10, "drop:dir=in,opcode=UD_SEND_ONLY,nth=1", wantCM("retransmits"))
+			}},
+		{"rdmacm-fault-drop-rtu-from-rxe",
+			"rxe's RTU to roce-emu's rping server is lost: the first RC packet of rxe's client on the accepted QP establishes the connection (the communication-established event, IBTA 12.9.6), long before a REP retry, and 10 pings are validated",
+			func(h *harness) (string, error) {
+				return h.rping(false, 10, "drop:dir=in,opcode=UD_SEND_ONLY,nth=2", wantCM("comm established"))
+			}},
+		{"rdmacm-fault-drop-rtu-to-rxe",
+			"roce-emu's RTU to rxe's rping server is lost: rxe's passive side is established by roce-emu's first SEND or by its REP retry answered with the RTU again, and 10 pings are validated",
+			func(h *harness) (string, error) {
+				return h.rping(true, 10, "drop:dir=out,opcode=UD_SEND_ONLY,nth=2", nil)
+			}},
 		{"rdmacm-rej-unused-port-from-rxe",
 			"roce-emu rping -c to a port the guest does not listen on: rxe's CM answers the REQ with a REJ (reason 8, invalid service ID) at once, and roce-emu reports it",
 			func(h *harness) (string, error) { return h.rpingRejected(true) }},
@@ -62,9 +82,37 @@ func checkPingLines(out, prefix string, count int) error {
 	return nil
 }
 
+// stdoutFirst runs a guest command with its stderr after its stdout: the
+// guest's output is a pipe, so rping's stdout is block-buffered and its
+// unbuffered stderr ("client DISCONNECT EVENT...") would land inside a
+// ping line.
+func stdoutFirst(cmd string) string {
+	return cmd + " 2>/tmp/stderr; rc=$?; cat /tmp/stderr; exit $rc"
+}
+
 // rping runs rping in the guest against roce-emu rping on the host,
 // roce-emu as client (ourClient) or server.
-func (h *harness) rping(ourClient bool, count int) (string, error) {
+// wantCM wants each of roce-emu's CM counters named (as rping -d prints
+// them on its "cm counters:" line) to be at least 1.
+func wantCM(names ...string) func(string) error {
+	return func(out string) error {
+		line := ""
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "cm counters:") {
+				line = l
+			}
+		}
+		got := parseCounters(strings.TrimPrefix(line, "cm "))
+		for _, n := range names {
+			if got[n] < 1 {
+				return fmt.Errorf("roce-emu CM counter %q is %d, want at least 1 (%s)", n, got[n], line)
+			}
+		}
+		return nil
+	}
+}
+
+func (h *harness) rping(ourClient bool, count int, fault string, check func(ours string) error) (string, error) {
 	if err := h.setMTU(1024); err != nil {
 		return "", err
 	}
@@ -81,14 +129,19 @@ func (h *harness) rping(ourClient bool, count int) (string, error) {
 	var oursErr error
 	if ourClient {
 		go func() {
-			out, rc, err := h.guest("timeout 120 rping -s -a "+guestIP+" -v -C "+c, 130*time.Second)
+			out, rc, err := h.guest(stdoutFirst("timeout 120 rping -s -a "+guestIP+" -v -C "+c), 130*time.Second)
 			guestDone <- res{out, rc, err}
 		}()
 		// rping's server needs a moment to listen (TCG is slow); until it
-		// does, rxe's CM answers our REQ with a REJ.
+		// does, rxe's CM answers our REQ with a REJ. Wait until rdma_cm
+		// shows its listener, so that a fault rule meets the REP and not
+		// such a REJ.
+		if out, rc, err := h.guest("for i in $(seq 60); do rdma resource show cm_id | grep -q LISTEN && exit 0; sleep 0.5; done; exit 1", 40*time.Second); err != nil || rc != 0 {
+			return "", fmt.Errorf("the guest's rping server shows no listening cm_id: %v %s", err, lastLines(out, 2))
+		}
 		for try := 0; try < 60; try++ {
 			time.Sleep(500 * time.Millisecond)
-			cmd, buf := h.roceEmuCmd(ctx, "rping", "rping", "-c", "--bind", hostIP, "-a", guestIP, "-C", c, "-v", "-V", "--timeout", "100s")
+			cmd, buf := h.roceEmuCmd(ctx, "rping", append([]string{"rping", "-c", "--bind", hostIP, "-a", guestIP, "-C", c, "-v", "-V", "-d", "--timeout", "100s"}, faultArgs(fault)...)...)
 			oursErr = cmd.Run()
 			ours = buf
 			if oursErr == nil || !strings.Contains(buf.String(), "REJECTED") {
@@ -96,12 +149,12 @@ func (h *harness) rping(ourClient bool, count int) (string, error) {
 			}
 		}
 	} else {
-		cmd, buf := h.roceEmuCmd(ctx, "rping", "rping", "-s", "--bind", hostIP, "-v", "--timeout", "120s")
+		cmd, buf := h.roceEmuCmd(ctx, "rping", append([]string{"rping", "-s", "--bind", hostIP, "-v", "-d", "--timeout", "120s"}, faultArgs(fault)...)...)
 		if err := cmd.Start(); err != nil {
 			return "", err
 		}
 		time.Sleep(500 * time.Millisecond)
-		out, rc, err := h.guest("timeout 120 rping -c -a "+hostIP+" -C "+c+" -v -V", 130*time.Second)
+		out, rc, err := h.guest(stdoutFirst("timeout 120 rping -c -a "+hostIP+" -C "+c+" -v -V"), 130*time.Second)
 		guestDone <- res{out, rc, err}
 		oursErr = cmd.Wait()
 		ours = buf
@@ -130,7 +183,18 @@ func (h *harness) rping(ourClient bool, count int) (string, error) {
 	if strings.Contains(client, "data mismatch") {
 		return "", fmt.Errorf("client: data mismatch")
 	}
-	return fmt.Sprintf("%d pings, each line as rping prints it on both sides, -V validated", count), nil
+	if check != nil {
+		if err := check(ours.String()); err != nil {
+			return "", err
+		}
+	}
+	cm := ""
+	for _, l := range strings.Split(ours.String(), "\n") {
+		if strings.HasPrefix(l, "cm counters:") {
+			cm = "; roce-emu " + l
+		}
+	}
+	return fmt.Sprintf("%d pings, each line as rping prints it on both sides, -V validated%s", count, cm), nil
 }
 
 // rpingRejected connects to rdma_cm port 9, where nobody listens: from
@@ -181,4 +245,11 @@ func (h *harness) rpingRejected(ourClient bool) (string, error) {
 		return "", fmt.Errorf("rping did not report a REJ: %s", lastLines(out, 3))
 	}
 	return "rping: " + lastLines(out, 4), nil
+}
+
+func faultArgs(spec string) []string {
+	if spec == "" {
+		return nil
+	}
+	return []string{"--fault", spec}
 }
