@@ -14,29 +14,29 @@ func (h *harness) rdmacmScenarios() []scenario {
 	return []scenario{
 		{"rdmacm-rping-rxe-client",
 			"rxe's rping -c -C 100 -v -V connects to roce-emu rping -s through the CM over QP1 (REQ, REP, RTU), runs 100 pings (SEND, READ, SEND, SEND, WRITE, SEND), validates every one, prints each ping line as roce-emu's server does, and disconnects (DREQ, DREP)",
-			func(h *harness) (string, error) { return h.rping(false, 100, "", nil) }},
+			func(h *harness) (string, error) { return h.rping(false, 100, "", nil, "") }},
 		{"rdmacm-rping-roce-emu-client",
 			"roce-emu rping -c -C 100 -v -V connects to rxe's rping -s through the CM over QP1, runs 100 pings with the data checked, and disconnects; rxe's server prints each ping line",
-			func(h *harness) (string, error) { return h.rping(true, 100, "", nil) }},
+			func(h *harness) (string, error) { return h.rping(true, 100, "", nil, "") }},
 		{"rdmacm-fault-drop-rep-to-rxe",
-			"roce-emu's REP to rxe's rping client is lost: rxe resends its REQ after its CM response timeout (or roce-emu its REP), roce-emu answers the duplicate, the connection comes up and 10 pings are validated",
+			"roce-emu's REP to rxe's rping client is lost: rxe resends its REQ after its CM response timeout (rxe's cm_tx_retries/req), roce-emu answers the duplicate REQ with its REP again, the connection comes up and 10 pings are validated",
 			func(h *harness) (string, error) {
-				return h.rping(false, 10, "drop:dir=out,opcode=UD_SEND_ONLY,nth=1", wantCM("retransmits", "duplicate REQs"))
+				return h.rping(false, 10, "drop:dir=out,opcode=UD_SEND_ONLY,nth=1", wantCM("duplicate REQs"), "cm_tx_retries/req")
 			}},
 		{"rdmacm-fault-drop-rep-from-rxe",
-			"rxe's REP to roce-emu's rping client is lost: roce-emu resends its REQ after the CM response timeout, rxe answers with its REP again (or resends it), and 10 pings are validated",
+			"rxe's REP to roce-emu's rping client is lost on the way in: rxe resends its REP after its timeout (cm_tx_retries/rep) or answers roce-emu's resent REQ with it (cm_rx_duplicates/req), and 10 pings are validated",
 			func(h *harness) (string, error) {
-				return h.rping(true, 10, "drop:dir=in,opcode=UD_SEND_ONLY,nth=1", wantCM("retransmits"))
+				return h.rping(true, 10, "drop:dir=in,opcode=UD_SEND_ONLY,nth=1", nil, "cm_tx_retries/rep|cm_rx_duplicates/req")
 			}},
 		{"rdmacm-fault-drop-rtu-from-rxe",
 			"rxe's RTU to roce-emu's rping server is lost: the first RC packet of rxe's client on the accepted QP establishes the connection (the communication-established event, IBTA 12.9.6), long before a REP retry, and 10 pings are validated",
 			func(h *harness) (string, error) {
-				return h.rping(false, 10, "drop:dir=in,opcode=UD_SEND_ONLY,nth=2", wantCM("comm established"))
+				return h.rping(false, 10, "drop:dir=in,opcode=UD_SEND_ONLY,nth=2", wantCM("comm established"), "")
 			}},
 		{"rdmacm-fault-drop-rtu-to-rxe",
 			"roce-emu's RTU to rxe's rping server is lost: rxe's passive side is established by roce-emu's first SEND or by its REP retry answered with the RTU again, and 10 pings are validated",
 			func(h *harness) (string, error) {
-				return h.rping(true, 10, "drop:dir=out,opcode=UD_SEND_ONLY,nth=2", nil)
+				return h.rping(true, 10, "drop:dir=out,opcode=UD_SEND_ONLY,nth=2", nil, "")
 			}},
 		{"rdmacm-rej-unused-port-from-rxe",
 			"roce-emu rping -c to a port the guest does not listen on: rxe's CM answers the REQ with a REJ (reason 8, invalid service ID) at once, and roce-emu reports it",
@@ -112,9 +112,44 @@ func wantCM(names ...string) func(string) error {
 	}
 }
 
-func (h *harness) rping(ourClient bool, count int, fault string, check func(ours string) error) (string, error) {
+// rxeCM reads the guest's ib_cm counters
+// (/sys/class/infiniband/rxe0/ports/1/{cm_tx_msgs,cm_tx_retries,cm_rx_msgs,cm_rx_duplicates}/MESSAGE),
+// keyed "cm_tx_retries/rep".
+func (h *harness) rxeCM() (map[string]int64, error) {
+	out, rc, err := h.guest("cd /sys/class/infiniband/rxe0/ports/1 && for f in cm_*/*; do echo $f $(cat $f); done", 10*time.Second)
+	if err != nil || rc != 0 {
+		return nil, fmt.Errorf("reading rxe's CM counters: %v (exit %d) %s", err, rc, lastLines(out, 2))
+	}
+	m := map[string]int64{}
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) != 2 {
+			continue
+		}
+		if v, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+			m[f[0]] = v
+		}
+	}
+	if len(m) == 0 {
+		return nil, fmt.Errorf("reading rxe's CM counters: none found: %s", lastLines(out, 2))
+	}
+	return m, nil
+}
+
+// rping runs rping in the guest against roce-emu rping on the host,
+// roce-emu as client (ourClient) or server, roce-emu with the fault rule
+// given. check, when set, judges roce-emu's output; rxeGrew, when set,
+// names rxe CM counters ("a|b": either) one of which must grow.
+func (h *harness) rping(ourClient bool, count int, fault string, check func(ours string) error, rxeGrew string) (string, error) {
 	if err := h.setMTU(1024); err != nil {
 		return "", err
+	}
+	var cmBefore map[string]int64
+	if rxeGrew != "" {
+		var err error
+		if cmBefore, err = h.rxeCM(); err != nil {
+			return "", err
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
@@ -189,9 +224,25 @@ func (h *harness) rping(ourClient bool, count int, fault string, check func(ours
 		}
 	}
 	cm := ""
+	if rxeGrew != "" {
+		after, err := h.rxeCM()
+		if err != nil {
+			return "", err
+		}
+		grew := ""
+		for _, k := range strings.Split(rxeGrew, "|") {
+			if d := after[k] - cmBefore[k]; d > 0 {
+				grew += fmt.Sprintf(" %s+%d", k, d)
+			}
+		}
+		if grew == "" {
+			return "", fmt.Errorf("none of rxe's CM counters %s grew (rxe CM counters changed:%s)", rxeGrew, fmtCounters(delta(cmBefore, after)))
+		}
+		cm = "; rxe CM:" + grew
+	}
 	for _, l := range strings.Split(ours.String(), "\n") {
 		if strings.HasPrefix(l, "cm counters:") {
-			cm = "; roce-emu " + l
+			cm += "; roce-emu " + l
 		}
 	}
 	return fmt.Sprintf("%d pings, each line as rping prints it on both sides, -V validated%s", count, cm), nil
