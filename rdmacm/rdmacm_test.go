@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/roce-emu/roce-emu/bth"
 	"github.com/roce-emu/roce-emu/cm"
 	"github.com/roce-emu/roce-emu/qp"
 	"github.com/roce-emu/roce-emu/rdmacm"
@@ -345,4 +346,64 @@ func bubbleGoroutines(t *testing.T) int {
 		}
 	}
 	return n
+}
+
+// Bad input on QP1: a MAD that is not a CM MAD, one with an unknown
+// attribute, and a datagram with the wrong Q_Key are dropped and counted,
+// and connections still come up afterwards.
+func TestBadMADs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := transport.NewNetwork(transport.Impairments{Delay: 10 * time.Microsecond}, 1)
+		a := newSide(t, n, "192.0.2.1", "")
+		b := newSide(t, n, "192.0.2.2", "")
+		// A third host sends raw datagrams to b's QP1 from a UD QP.
+		c, err := n.Listen(netip.MustParseAddrPort("192.0.2.3:4791"))
+		require.NoError(t, err)
+		ep := transport.NewEndpoint(c, transport.Options{})
+		t.Cleanup(func() { ep.Close() })
+		pd, cq := ep.NewPD(), ep.NewCQ(16)
+		// Its QP1 may send with the GSI Q_Key; another UD QP may not (a
+		// Q_Key with the high bit set sends the QP's own, IBTA 10.2.5).
+		newUD := func(qpn, qkey uint32) *transport.QP {
+			q, err := ep.NewQP(pd, cq, cq, qp.InitAttr{QPType: qp.IBV_QPT_UD, QPN: qpn, SQSigAll: true})
+			require.NoError(t, err)
+			require.NoError(t, q.Modify(&qp.Attr{State: qp.IBV_QPS_INIT, QKey: qkey}, qp.IBV_QP_STATE|qp.IBV_QP_QKEY|qp.IBV_QP_PKEY_INDEX|qp.IBV_QP_PORT))
+			require.NoError(t, q.Modify(&qp.Attr{State: qp.IBV_QPS_RTR}, qp.IBV_QP_STATE))
+			require.NoError(t, q.Modify(&qp.Attr{State: qp.IBV_QPS_RTS}, qp.IBV_QP_STATE|qp.IBV_QP_SQ_PSN))
+			return q
+		}
+		gsi, other := newUD(1, bth.GSIQKey), newUD(0, 0x1234)
+		buf := make([]byte, 3*cm.MADLen)
+		notCM := buf[:cm.MADLen]
+		notCM[0] = 0x42 // base version
+		lap := buf[cm.MADLen : 2*cm.MADLen]
+		h := cm.CMHeader(7, cm.AttrLAP)
+		h.Append(lap[:0])
+		short := buf[2*cm.MADLen : 2*cm.MADLen+10]
+		mr, err := pd.RegMR(buf, qp.IBV_ACCESS_LOCAL_WRITE)
+		require.NoError(t, err)
+		send := func(q *transport.QP, off, n int, qkey uint32) {
+			require.NoError(t, q.PostSend(qp.SendWR{Opcode: qp.IBV_WR_SEND, SGEs: []qp.SGE{mr.SGE(off, n)},
+				AH: &qp.AddressVector{Remote: netip.MustParseAddrPort("192.0.2.2:4791")}, RemoteQPN: 1, RemoteQKey: qkey}))
+			assert.Equal(t, qp.IBV_WC_SUCCESS, waitWC(t, cq).Status)
+		}
+		send(gsi, 0, len(notCM), bth.GSIQKey)
+		send(gsi, cm.MADLen, len(lap), bth.GSIQKey)
+		send(gsi, 2*cm.MADLen, len(short), bth.GSIQKey)
+		send(other, 0, len(notCM), 0x1234) // the wrong Q_Key for QP1
+		time.Sleep(time.Millisecond) // the network's delay
+		synctest.Wait()
+		st := b.svc.Stats()
+		assert.Equal(t, uint64(2), st.CM.DropMalformed, "not CM, truncated")
+		assert.Equal(t, uint64(1), st.CM.DropUnknownAttr, "LAP")
+		assert.Equal(t, uint64(1), st.QP1.QKeyViolations)
+		assert.Zero(t, st.CM.MADsSent, "nothing answers garbage")
+
+		l, err := b.svc.Listen(7174)
+		require.NoError(t, err)
+		client, server := connect(t, a, b, l)
+		transfer(t, a, b, client, server, 0x40)
+		require.NoError(t, client.Close())
+		require.NoError(t, server.Close())
+	})
 }

@@ -84,6 +84,9 @@ type Stats struct {
 	QPs         int    // RC QPs the Service created and has not destroyed
 	SendErrors  uint64 // MADs QP1 refused to send (dropped)
 	RecvErrors  uint64 // QP1 receive completions in error
+	// QP1 are the GSI QP's counters: QKeyViolations counts datagrams
+	// to QP1 whose Q_Key is not 0x80010000 (dropped before the Manager).
+	QP1 qp.Counters
 }
 
 // Service runs rdma_cm on one Endpoint's QP1. Its methods are safe for
@@ -212,7 +215,8 @@ func (s *Service) LocalAddr() netip.Addr { return s.local }
 func (s *Service) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Stats{CM: s.mgr.Counters(), Connections: s.mgr.Len(), QPs: s.qps, SendErrors: s.sendErrs, RecvErrors: s.recvErrs}
+	return Stats{CM: s.mgr.Counters(), Connections: s.mgr.Len(), QPs: s.qps, SendErrors: s.sendErrs, RecvErrors: s.recvErrs,
+		QP1: s.qp1.Counters()}
 }
 
 // run reads QP1's completions until ctx ends.
