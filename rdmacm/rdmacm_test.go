@@ -391,7 +391,7 @@ func TestBadMADs(t *testing.T) {
 		send(gsi, cm.MADLen, len(lap), bth.GSIQKey)
 		send(gsi, 2*cm.MADLen, len(short), bth.GSIQKey)
 		send(other, 0, len(notCM), 0x1234) // the wrong Q_Key for QP1
-		time.Sleep(time.Millisecond) // the network's delay
+		time.Sleep(time.Millisecond)       // the network's delay
 		synctest.Wait()
 		st := b.svc.Stats()
 		assert.Equal(t, uint64(2), st.CM.DropMalformed, "not CM, truncated")
