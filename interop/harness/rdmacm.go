@@ -38,6 +38,9 @@ func (h *harness) rdmacmScenarios() []scenario {
 			func(h *harness) (string, error) {
 				return h.rping(true, 10, "drop:dir=out,opcode=UD_SEND_ONLY,nth=2", nil, "")
 			}},
+		{"rdmacm-50-cycles-rxe-persistent-server",
+			"50 runs of roce-emu rping -c -C 1 -V against rxe's persistent rping -s -P: each connects, pings once with the data checked and disconnects (DREQ, DREP), and afterwards rxe holds exactly the QPs, MRs and cm_ids it held before",
+			func(h *harness) (string, error) { return h.rpingCycles(50) }},
 		{"rdmacm-rej-unused-port-from-rxe",
 			"roce-emu rping -c to a port the guest does not listen on: rxe's CM answers the REQ with a REJ (reason 8, invalid service ID) at once, and roce-emu reports it",
 			func(h *harness) (string, error) { return h.rpingRejected(true) }},
@@ -303,4 +306,68 @@ func faultArgs(spec string) []string {
 		return nil
 	}
 	return []string{"--fault", spec}
+}
+
+// rxeResources counts the guest's RDMA QPs, MRs and rdma_cm IDs (rdma
+// resource show).
+func (h *harness) rxeResources() (string, error) {
+	out, rc, err := h.guest("for r in qp mr cm_id; do echo $r $(rdma resource show $r | wc -l); done", 20*time.Second)
+	if err != nil || rc != 0 {
+		return "", fmt.Errorf("rdma resource show: %v (exit %d) %s", err, rc, lastLines(out, 2))
+	}
+	return strings.Join(strings.Fields(out), " "), nil
+}
+
+// rpingCycles runs n roce-emu rping clients, one after the other, against
+// rping -s -P in the guest, and compares rxe's resources before and after.
+func (h *harness) rpingCycles(n int) (string, error) {
+	if err := h.setMTU(1024); err != nil {
+		return "", err
+	}
+	start := "rping -s -P -a " + guestIP + " >/tmp/rping-P.out 2>&1 & echo $! >/tmp/rping-P.pid; " +
+		"for i in $(seq 60); do rdma resource show cm_id | grep -q LISTEN && exit 0; sleep 0.5; done; exit 1"
+	if out, rc, err := h.guest(start, 40*time.Second); err != nil || rc != 0 {
+		return "", fmt.Errorf("rping -s -P did not listen: %v %s", err, lastLines(out, 2))
+	}
+	defer func() {
+		out, _, _ := h.guest("kill $(cat /tmp/rping-P.pid); sleep 0.5; cat /tmp/rping-P.out", 20*time.Second)
+		h.writeLog("rping-guest", out)
+	}()
+	before, err := h.rxeResources()
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(n)*5*time.Second)
+	defer cancel()
+	var log strings.Builder
+	for i := range n {
+		cmd, buf := h.roceEmuCmd(ctx, "rping", "rping", "-c", "--bind", hostIP, "-a", guestIP, "-C", "1", "-v", "-V", "--timeout", "30s")
+		err := cmd.Run()
+		log.WriteString(buf.String())
+		if err != nil {
+			h.writeLog("rping-roce-emu", log.String())
+			return "", fmt.Errorf("cycle %d: roce-emu: %v: %s", i, err, lastLines(buf.String(), 2))
+		}
+		if !strings.Contains(buf.String(), "ping data: "+rpingLine(0)) {
+			h.writeLog("rping-roce-emu", log.String())
+			return "", fmt.Errorf("cycle %d: no ping line: %s", i, lastLines(buf.String(), 2))
+		}
+	}
+	h.writeLog("rping-roce-emu", log.String())
+	// rping's per-connection threads free their QP, MRs and cm_id after
+	// the disconnect: give them a moment under TCG.
+	var after string
+	for try := 0; try < 20; try++ {
+		time.Sleep(500 * time.Millisecond)
+		if after, err = h.rxeResources(); err != nil {
+			return "", err
+		}
+		if after == before {
+			break
+		}
+	}
+	if after != before {
+		return "", fmt.Errorf("rxe's resources before %q, after %d cycles %q", before, n, after)
+	}
+	return fmt.Sprintf("%d cycles, each ping validated; rxe's resources before and after: %s", n, after), nil
 }
