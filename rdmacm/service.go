@@ -400,11 +400,13 @@ func (s *Service) handleEventLocked(now time.Time, ev cm.Event) {
 		delete(s.conns, c.id)
 	case cm.EventDisconnected:
 		c.finishLocked(ErrClosed)
-		s.toErrLocked(c)
+		// Disconnected first: whoever sees a flushed completion of the
+		// QP's move to ERR finds the channel closed.
 		if !c.disconnected {
 			c.disconnected = true
 			close(c.disc)
 		}
+		s.toErrLocked(c)
 	case cm.EventTimeWaitExit:
 		delete(s.conns, c.id)
 	}

@@ -343,15 +343,22 @@ func (s *rpingSession) client(ctx context.Context) error {
 	return nil
 }
 
-// server runs rping_test_server until the client disconnects.
+// server runs rping_test_server until the client disconnects: as rping,
+// a disconnect at any step ends it without error (the last SEND's ACK may
+// not have come before the client's DREQ flushed it).
 func (s *rpingSession) server(ctx context.Context) error {
+	err := s.serve(ctx)
+	if errors.Is(err, errDisconnected) {
+		fmt.Fprintln(s.f.stderr, "server DISCONNECT EVENT...")
+		return nil
+	}
+	return err
+}
+
+func (s *rpingSession) serve(ctx context.Context) error {
 	f := s.f
 	for {
 		addr, rkey, size, err := s.waitRecv(ctx)
-		if errors.Is(err, errDisconnected) {
-			fmt.Fprintln(f.stderr, "server DISCONNECT EVENT...")
-			return nil
-		}
 		if err != nil {
 			return fmt.Errorf("wait for RDMA_READ_ADV: %w", err)
 		}
