@@ -46,7 +46,7 @@ rm -rf "$root/boot" "$root/usr/share"
 
 # Keep only the modules the guest loads (the package has no modules.dep).
 mods="virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover net_failover virtio_net
- crc32_generic ib_core ib_uverbs udp_tunnel ip6_udp_tunnel rdma_rxe"
+ crc32_generic ib_core ib_uverbs udp_tunnel ip6_udp_tunnel rdma_rxe configfs ib_cm iw_cm rdma_cm rdma_ucm"
 moddir="$root/lib/modules/$kver"
 mkdir -p "$work/keep"
 for m in $mods; do
@@ -76,6 +76,10 @@ for elf in "$root"/usr/bin/* "$root"/usr/sbin/* "$root"/sbin/* "$root"/bin/ip "$
     [ -e "$root/lib/x86_64-linux-gnu/$base" ] || [ -e "$root/usr/lib/x86_64-linux-gnu/$base" ] || cp -L "$lib" "$root/lib/x86_64-linux-gnu/"
   done
 done
+# glibc loads libgcc_s at run time for pthread_exit and pthread_cancel
+# (rping's threads end so); ldd does not list it.
+gcc_s=$(ldconfig -p | awk '$1 == "libgcc_s.so.1" && /x86-64/ {print $NF; exit}')
+[ -e "$root/lib/x86_64-linux-gnu/libgcc_s.so.1" ] || [ -e "$root/usr/lib/x86_64-linux-gnu/libgcc_s.so.1" ] || cp -L "$gcc_s" "$root/lib/x86_64-linux-gnu/"
 install -m 0755 "$(dirname "$0")/guest-init.sh" "$root/init"
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$out.tmp/initrd.gz"
 echo "$versions" > "$out.tmp/packages"

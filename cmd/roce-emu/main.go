@@ -32,6 +32,7 @@ var commands = []command{
 	{"client", "the client side of ibv_rc_pingpong (client HOST)", runClient},
 	{"bw", "perftest's bandwidth tests, with another roce-emu or with ib_{send,write,read}_bw (-o send|write|read)", runBW},
 	{"conform", "IBTA transport conformance cases against an RC peer (--self: roce-emu itself): verdicts with the frames that show them", runConform},
+	{"rping", "rdma_cm's rping: -s server or -c client, connected through the CM over QP1, ping data by RDMA READ and WRITE", runRping},
 	{"lat", "perftest's latency tests, with another roce-emu or with ib_{send,write,read}_lat (-o send|write|read)", runLat},
 }
 

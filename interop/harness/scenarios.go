@@ -66,6 +66,7 @@ func (h *harness) scenarios4() []scenario {
 			}},
 	)
 	ss = append(ss, pingpongFamilyScenarios()...)
+	ss = append(ss, h.rdmacmScenarios()...)
 	return append(append(ss, h.perftestScenarios()...), h.perftestModeScenarios()...)
 }
 

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// rpingLine is what rping -v prints for ping i of a buffer of size bytes:
+// "rdma-ping-%d: ", then letters from 'A'+i (cycling 'A'..'z'), up to
+// size-1 bytes.
+func rpingLine(i, size int) string {
+	b := []byte(fmt.Sprintf("rdma-ping-%d: ", i))
+	c := byte(65 + i%58)
+	for len(b) < size-1 {
+		b = append(b, c)
+		if c++; c > 122 {
+			c = 65
+		}
+	}
+	return string(b)
+}
+
+// Our rping client against our rping server: -C pings with -V, every line
+// of -v as rping prints it, both sides end cleanly.
+func TestRpingClientServer(t *testing.T) {
+	udp := freeUDPPort(t)
+	var wg sync.WaitGroup
+	var sout, serr bytes.Buffer
+	var scode int
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		scode = run([]string{"rping", "-s", "--bind", "127.0.0.2", "--udp-port", udp, "-p", "7175", "-v", "-S", "100", "--timeout", "60s"}, &sout, &serr)
+	}()
+	time.Sleep(300 * time.Millisecond) // a REQ before the server's socket exists is lost: resent 6 s later
+	var cout, cerr bytes.Buffer
+	var ccode int
+	for try := 0; try < 100; try++ { // the server may not be listening yet: a REJ
+		cout.Reset()
+		cerr.Reset()
+		ccode = run([]string{"rping", "-c", "--bind", "127.0.0.1", "--udp-port", udp, "-a", "127.0.0.2", "-p", "7175",
+			"-C", "20", "-v", "-V", "-S", "100", "--timeout", "60s"}, &cout, &cerr)
+		if ccode == 0 || !strings.Contains(cerr.String(), "REJECTED") {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	wg.Wait()
+	require.Equal(t, 0, ccode, "client: %s", cerr.String())
+	require.Equal(t, 0, scode, "server: %s", serr.String())
+	clines := strings.Split(strings.TrimSpace(cout.String()), "\n")
+	slines := strings.Split(strings.TrimSpace(sout.String()), "\n")
+	require.Len(t, clines, 20)
+	require.Len(t, slines, 20)
+	for i := range 20 {
+		assert.Equal(t, "ping data: "+rpingLine(i, 100), clines[i])
+		assert.Equal(t, "server ping data: "+rpingLine(i, 100), slines[i])
+	}
+	assert.Contains(t, serr.String(), "server DISCONNECT EVENT...")
+	assert.Contains(t, cerr.String(), "client DISCONNECT EVENT...")
+}
+
+// A client whose server does not listen on the port gets the REJ at once.
+func TestRpingNoServer(t *testing.T) {
+	udp := freeUDPPort(t)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var sout, serr bytes.Buffer
+	go func() {
+		defer wg.Done()
+		run([]string{"rping", "-s", "--bind", "127.0.0.2", "--udp-port", udp, "-p", "7176", "--timeout", "2s"}, &sout, &serr)
+	}()
+	time.Sleep(200 * time.Millisecond)
+	var cout, cerr bytes.Buffer
+	start := time.Now()
+	code := run([]string{"rping", "-c", "--bind", "127.0.0.1", "--udp-port", udp, "-a", "127.0.0.2", "-p", "9", "-C", "1"}, &cout, &cerr)
+	took := time.Since(start)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, cerr.String(), "RDMA_CM_EVENT_REJECTED, error 8")
+	assert.Less(t, took, 4*time.Second, "answered by a REJ, not by the REQ's 4 s timeout")
+	wg.Wait()
+	assert.Contains(t, serr.String(), "context deadline exceeded", "the server waited for a client until --timeout")
+}
+
+func TestRpingBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"rping"},
+		{"rping", "-s", "-c"},
+		{"rping", "-c"},
+		{"rping", "-c", "-a", "nowhere"},
+		{"rping", "-s", "-S", "10"},
+		{"rping", "-s", "-S", "65536"},
+		{"rping", "-s", "-C", "-1"},
+		{"rping", "-s", "-p", "70000"},
+		{"rping", "-s", "extra"},
+	} {
+		var o, e bytes.Buffer
+		code := run(args, &o, &e)
+		assert.Equal(t, 2, code, "%v", args)
+		assert.NotEmpty(t, e.String(), "%v", args)
+	}
+}

@@ -1,0 +1,28 @@
+// Package rdmacm connects RC queue pairs of a transport.Endpoint as
+// librdmacm's rdma_cm does: the communication manager of package cm (IBTA
+// Vol. 1 chapter 12, with the RDMA IP CM service of Annex A11) run over the
+// Endpoint's QP1, with listen/accept and dial that give a connected QP.
+//
+// A Service owns QP1 of one Endpoint: it keeps receive WQEs posted on it,
+// hands each MAD received (after the 40-byte GRH slot) to a cm.Manager with
+// its source address, sends what the Manager queues as UD SENDs to the
+// peer's QP1 with Q_Key 0x80010000, and runs the Manager's timers on the
+// Service's clock. It starts one goroutine (QP1's completions) and one
+// timer; Close stops both.
+//
+// Listen(port) is rdma_bind_addr + rdma_listen on an rdma_cm TCP port
+// (service ID 0x0000000001060000 | port); Listener.Accept waits for a REQ,
+// creates the RC QP, moves it through INIT, RTR and RTS with the negotiated
+// values (cm.QPParams) and answers with a REP, then waits for the RTU, as
+// rdma_get_request + rdma_accept. Dial is rdma_resolve_addr +
+// rdma_connect: it creates the QP, sends the REQ, and on the REP moves the
+// QP to RTS and sends the RTU. Conn.Disconnect is rdma_disconnect (the QP
+// goes to ERR, a DREQ goes out, the DREP is awaited); Conn.Close destroys
+// the QP as rdma_destroy_qp.
+//
+// The communication-established event (IBTA 11.6.3.1, IBV_EVENT_COMM_EST)
+// that tells a passive side its peer is sending before the RTU came: the
+// transport raises no such event, so while an accepted connection waits
+// for its RTU the Service looks at its QP's received-packet counter every
+// Config.CommEstPoll and calls cm.Manager.CommEstablished when it moved.
+package rdmacm
