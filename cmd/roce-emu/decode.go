@@ -254,6 +254,9 @@ func textLine(n int, rel float64, k pcap.Kind, rec *pcap.Record) string {
 	if h.PadCnt != 0 {
 		fmt.Fprintf(&b, " pad=%d", h.PadCnt)
 	}
+	if c := cmOf(p); c != nil {
+		b.WriteString(c.text())
+	}
 	fmt.Fprintf(&b, " payload=%d ecn=%s icrc=%s", rec.PayloadLen, rec.ECN, icrcWord(rec))
 	if rec.Fragments > 0 {
 		fmt.Fprintf(&b, " reassembled=%d", rec.Fragments)
@@ -313,6 +316,7 @@ type jsonPacket struct {
 	AtomicAck   *jsonAtomicAk `json:"atomicacketh,omitempty"`
 	ImmDt       *uint32       `json:"immdt,omitempty"`
 	IETH        *uint32       `json:"ieth,omitempty"`
+	CM          *jsonCM       `json:"cm,omitempty"` // a CM MAD to QP1
 }
 
 type jsonDETH struct {
@@ -426,6 +430,7 @@ func (s *jsonScratch) record(file string, n int, rel float64, k pcap.Kind, rec *
 		s.immDt = uint32(p.ImmDt)
 		j.ImmDt = &s.immDt
 	}
+	j.CM = cmOf(p)
 	if e&bth.ExtIETH != 0 {
 		s.ieth = uint32(p.IETH)
 		j.IETH = &s.ieth

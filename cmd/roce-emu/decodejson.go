@@ -119,6 +119,9 @@ func appendJSON(b []byte, j *jsonPacket) []byte {
 	if j.IETH != nil {
 		b = appendUint(b, `,"ieth":`, uint64(*j.IETH))
 	}
+	if j.CM != nil {
+		b = appendJSONCM(b, j.CM)
+	}
 	return append(b, "}\n"...)
 }
 
