@@ -22,6 +22,7 @@ type perftestCase struct {
 	duration int
 	atomic   string
 	bidir    bool
+	rdmaCM   bool // -R: no TCP; the exchange and every QP over rdma_cm
 }
 
 func (c perftestCase) program() string { return "ib_" + c.op + "_" + c.kind }
@@ -52,6 +53,9 @@ func (c perftestCase) modeArgs() []string {
 	}
 	if c.bidir {
 		a = append(a, "-b")
+	}
+	if c.rdmaCM {
+		a = append(a, "-R")
 	}
 	return a
 }
@@ -186,6 +190,33 @@ func (h *harness) perftestScenarios() []scenario {
 						ours: map[string]int{"out-of-sequence": 1}, rxe: []string{"rcvd_seq_err"}, naks: 1})
 			}},
 	)
+	return ss
+}
+
+// perftestRDMACMScenarios run perftest with -R against roce-emu -R, both
+// roles: no TCP connection; perftest's exchange runs as SENDs on an RC QP
+// that rdma_cm connected on port 18515, and each data QP gets its own
+// rdma_cm connection.
+func (h *harness) perftestRDMACMScenarios() []scenario {
+	var ss []scenario
+	for _, c := range []perftestCase{
+		{kind: "bw", op: "write", size: 65536, iters: 200, rdmaCM: true}, {kind: "bw", op: "read", size: 65536, iters: 200, rdmaCM: true},
+		{kind: "bw", op: "send", size: 65536, iters: 200, rdmaCM: true}, {kind: "bw", op: "write", size: 65536, iters: 100, qps: 2, rdmaCM: true},
+		{kind: "lat", op: "send", size: 64, iters: 200, rdmaCM: true}, {kind: "lat", op: "write", size: 64, iters: 200, rdmaCM: true},
+		{kind: "lat", op: "read", size: 64, iters: 200, rdmaCM: true},
+	} {
+		name := c.program() + "-R"
+		if c.qps > 1 {
+			name += "-q" + strconv.Itoa(c.qps)
+		}
+		ss = append(ss,
+			scenario{"perftest-" + name + "-rxe-client",
+				fmt.Sprintf("rxe's %s -R client against roce-emu %s -R as server: %d x %d bytes on %d QP(s), no TCP, the exchange and each QP over rdma_cm", c.program(), c.kind, c.iters, c.size, max(c.qps, 1)),
+				func(h *harness) (string, error) { return h.perftest(c, false, 1024, 1024, nil) }},
+			scenario{"perftest-" + name + "-roce-emu-client",
+				fmt.Sprintf("roce-emu %s -R as client against rxe's %s -R server: %d x %d bytes on %d QP(s), no TCP, the exchange and each QP over rdma_cm", c.kind, c.program(), c.iters, c.size, max(c.qps, 1)),
+				func(h *harness) (string, error) { return h.perftest(c, true, 1024, 1024, nil) }})
+	}
 	return ss
 }
 
@@ -324,6 +355,14 @@ func (h *harness) perftest(c perftestCase, ourClient bool, guestMTU, ourMTU int,
 			if resultLine(client, sz, c.iters) == "" {
 				return "", fmt.Errorf("the -a client printed no result line for %d bytes: %s", sz, lastLines(client, 3))
 			}
+		}
+	}
+	if c.rdmaCM {
+		if !strings.Contains(g.out, "rdma_cm QPs	 : ON") || !strings.Contains(g.out, "Data ex. method : rdma_cm") {
+			return "", fmt.Errorf("%s does not say it ran over rdma_cm: %s", c.program(), lastLines(g.out, 3))
+		}
+		if want := fmt.Sprintf("rdma_cm: %d data QPs disconnected", max(c.qps, 1)); !strings.Contains(o, want) {
+			return "", fmt.Errorf("roce-emu did not say %q: %s", want, lastLines(o, 3))
 		}
 	}
 	for _, out := range []string{g.out, o} {
