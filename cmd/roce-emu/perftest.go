@@ -223,6 +223,11 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	for i, pq := range r.qps {
 		locals[i] = oob.PerftestKey{OutReads: outReads, QPN: pq.q.QPN(), PSN: randomPSN(), GID: ep.LocalAddr().Addr(),
 			RKey: r.mr.RKey, VA: r.mr.VA + uint64(r.advAt(i))}
+		if pcm != nil {
+			// The PSN rdma_cm gave the QP (perftest sends and prints a
+			// random one its QP does not use).
+			locals[i].PSN = pcm.data[i].Params().SQPSN
+		}
 	}
 	remotes, err := s.Keys(ctx, locals)
 	if err != nil {
