@@ -716,8 +716,7 @@ func newPerftestTraffic(ctx context.Context, ep *transport.Endpoint, kind string
 	init := qp.InitAttr{MaxSendWR: depth + 8, MaxRecvWR: max(rxDepth, 1)}
 	for i := range nq {
 		if connect != nil {
-			// rdma_cm (-R): the QP comes connected, its receives posted
-			// before the REQ or REP left.
+			// rdma_cm (-R): the QP comes connected, its receives posted.
 			recvs := make([]qp.RecvWR, rxDepth)
 			for k := range recvs {
 				recvs[k] = r.recvWR(i, k)
@@ -753,8 +752,8 @@ func newPerftestTraffic(ctx context.Context, ep *transport.Endpoint, kind string
 	return r, nil
 }
 
-// perftestQPConnect makes a test's QP connected, with recvs posted before
-// it connects (rdma_cm, -R).
+// perftestQPConnect makes a test's QP connected, with recvs posted
+// (rdma_cm, -R).
 type perftestQPConnect func(pd *transport.PD, cq *transport.CQ, init qp.InitAttr, access qp.Access, recvs []qp.RecvWR) (*transport.QP, error)
 
 // free unmaps ib_write_lat's buffer. The endpoint must be closed first:

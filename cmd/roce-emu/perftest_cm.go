@@ -188,9 +188,13 @@ func (c *perftestCM) listen() error {
 // rdma_cm_route_handler (client) and rdma_cm_connection_request_handler
 // (server) do: READ and atomic tests offer outReads READs each way,
 // retries 7. The QP comes back in RTS with recvs posted.
+//
+// A client's REQ the server rejects for want of a listener (it listens
+// again only after the hand-shake) is sent again for up to
+// perftestCMDialWait.
 func (c *perftestCM) connectQP(ctx context.Context, pd *transport.PD, cq *transport.CQ, init qp.InitAttr, access qp.Access, outReads uint8, mtu qp.MTU, recvs []qp.RecvWR) (*transport.QP, error) {
 	p := rdmacm.ConnParams{PD: pd, SendCQ: cq, RecvCQ: cq, MaxSendWR: init.MaxSendWR, MaxRecvWR: init.MaxRecvWR, Access: access,
-		ResponderResources: outReads, InitiatorDepth: outReads, RetryCount: 7, RNRRetryCount: 7, PathMTU: mtu, RecvWRs: recvs}
+		ResponderResources: outReads, InitiatorDepth: outReads, RetryCount: 7, RNRRetryCount: 7, PathMTU: mtu}
 	var conn *rdmacm.Conn
 	var err error
 	if c.listener != nil {
@@ -214,6 +218,14 @@ func (c *perftestCM) connectQP(ctx context.Context, pd *transport.PD, cq *transp
 		return nil, fmt.Errorf("data QP %d over rdma_cm: %w", len(c.data), err)
 	}
 	c.data = append(c.data, conn)
+	// The receives go on once connected: a REQ rejected before the
+	// server listened would flush them into the test's CQ. The peer's
+	// first SEND comes after the hand-shakes that follow.
+	for _, wr := range recvs {
+		if err := conn.QP().PostRecv(wr); err != nil {
+			return nil, err
+		}
+	}
 	return conn.QP(), nil
 }
 
