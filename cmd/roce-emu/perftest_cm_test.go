@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -17,13 +18,19 @@ func runPerfPairCM(t *testing.T, kind string, extra ...string) (string, string) 
 	port, udp := freeTCPPort(t), freeUDPPort(t)
 	common := append([]string{kind, "--udp-port", udp, "-p", port, "--timeout", "30s"}, extra...)
 	var wg sync.WaitGroup
-	var sout, serr bytes.Buffer
+	var sout lockedBuffer
+	var serr bytes.Buffer
 	var scode int
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		scode = run(append(append([]string{}, common...), "--bind", "127.0.0.2"), &sout, &serr)
 	}()
+	// The server prints its banner once it listens: a REQ before that
+	// would be lost and sent again only after the CM's timeout.
+	for i := 0; i < 500 && !strings.Contains(sout.String(), "Waiting for client"); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
 	var cout, cerr bytes.Buffer
 	var ccode int
 	for try := 0; try < 50; try++ {
