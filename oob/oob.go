@@ -31,9 +31,6 @@
 // A peer that sends too little, garbage or nothing gives an error, never a
 // panic or a hang past the context. Sessions are not safe for concurrent
 // use.
-//
-// BUG(roce-emu): perftest's -z (rdma_cm for the exchange alone, data QPs
-// connected by hand) is not spoken; -R is.
 package oob
 
 import (

@@ -135,8 +135,8 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	defer cancel()
 
 	var s *oob.Perftest
-	var pcm *perftestCM // -R
-	if f.rdmaCM {
+	var pcm *perftestCM // -R or -z: the exchange over rdma_cm
+	if f.rdmaCM || f.rdmaCMz {
 		if pcm, err = perftestCMConnect(ctx, ep, f, host, out); err != nil {
 			return err
 		}
@@ -190,7 +190,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		outReads = 16
 	}
 	var connect perftestQPConnect
-	if pcm != nil {
+	if f.rdmaCM {
 		// create_rdma_cm_connection: a hand-shake, the data QPs'
 		// rdma_cm connections (the server listening before the
 		// hand-shake lets the client dial), another hand-shake.
@@ -214,7 +214,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		return err
 	}
 	r.noPeak = f.noPeak
-	if pcm != nil {
+	if connect != nil {
 		if err := s.Barrier(ctx, "after the rdma_cm connections"); err != nil {
 			return err
 		}
@@ -223,7 +223,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	for i, pq := range r.qps {
 		locals[i] = oob.PerftestKey{OutReads: outReads, QPN: pq.q.QPN(), PSN: randomPSN(), GID: ep.LocalAddr().Addr(),
 			RKey: r.mr.RKey, VA: r.mr.VA + uint64(r.advAt(i))}
-		if pcm != nil {
+		if connect != nil {
 			// The PSN rdma_cm gave the QP (perftest sends and prints a
 			// random one its QP does not use).
 			locals[i].PSN = pcm.data[i].Params().SQPSN
@@ -235,7 +235,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	}
 	for i, pq := range r.qps {
 		pq.local, pq.remote = locals[i], remotes[i]
-		if pcm != nil {
+		if connect != nil {
 			continue // rdma_cm connected it
 		}
 		if err := perftestConnect(pq.q, pq.local, pq.remote, curMTU, uint16(f.udpPort), f.qpTimeout, r.access); err != nil {
@@ -301,7 +301,10 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 			ConnectionType: "RC", UsingSRQ: "OFF", Mtu: curMTU.Bytes(), LinkType: "Ethernet", OutstandReads: int(outReads),
 			RdmaCMQPs: "OFF", DataExMethod: "Ethernet"}
 		if pcm != nil {
-			r.json.Info.RdmaCMQPs, r.json.Info.DataExMethod = "ON", "rdma_cm"
+			r.json.Info.DataExMethod = "rdma_cm"
+		}
+		if connect != nil {
+			r.json.Info.RdmaCMQPs = "ON"
 		}
 		if kind == "bw" {
 			r.json.Info.TXDepth, r.json.Info.RXDepth = r.depth, r.rxDepth
@@ -339,7 +342,9 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, " rdma_cm: %d data QPs disconnected\n", len(r.qps))
+		if connect != nil {
+			fmt.Fprintf(out, " rdma_cm: %d data QPs disconnected\n", len(r.qps))
+		}
 	}
 	return nil
 }

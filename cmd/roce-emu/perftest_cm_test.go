@@ -78,3 +78,23 @@ func TestPerfRDMACM(t *testing.T) {
 		}
 	}
 }
+
+// -z: the exchange over rdma_cm, the data QPs connected by hand from the
+// keys (perftest's use_rdma_cm without work_rdma_cm): no data QP goes
+// through rdma_cm, so none is disconnected at the end.
+func TestPerfRDMACMExchangeOnly(t *testing.T) {
+	for _, tc := range [][]string{{"bw", "-o", "write", "-s", "4096", "-n", "100", "-q", "2"}, {"lat", "-o", "send", "-n", "100"}} {
+		t.Run(tc[0], func(t *testing.T) {
+			c, s := runPerfPairCM(t, tc[0], append([]string{"-z"}, tc[1:]...)...)
+			for _, out := range []string{c, s} {
+				assert.NotContains(t, out, "data QPs disconnected", out)
+			}
+			if tc[0] == "bw" {
+				assert.Regexp(t, `\n 4096 +200 +[0-9.]+ +[0-9.]+ +[0-9.]+\n`, c)
+				assert.Regexp(t, `\n 4096 +200 +[0-9.]+ +[0-9.]+ +[0-9.]+\n`, s)
+			} else {
+				assert.Regexp(t, `\n 2 +100 +[0-9.]+ `, c)
+			}
+		})
+	}
+}
