@@ -48,6 +48,7 @@ type perftestCM struct {
 	wcs      []qp.WC
 	sent     int   // SEND completions not yet claimed
 	got      []int // lengths of messages received and not yet claimed
+	gone     bool  // the peer disconnected the comm QP
 	port     uint16
 	peer     netip.Addr
 	listener *rdmacm.Listener // the server's, for the data QPs
@@ -119,6 +120,19 @@ func (c *perftestCM) recvWR() qp.RecvWR {
 	return qp.RecvWR{WRID: 1, SGEs: []qp.SGE{c.recvMR.SGE(0, len(c.recv))}}
 }
 
+// errPerftestCMGone: the peer disconnected the comm QP.
+var errPerftestCMGone = errors.New("the peer disconnected the rdma_cm connection of the exchange")
+
+// peerLeft reports that the peer disconnected the comm QP.
+func (c *perftestCM) peerLeft() bool {
+	select {
+	case <-c.conn.Disconnected():
+		return true
+	default:
+		return false
+	}
+}
+
 // poll waits for completions of the comm QP and counts them.
 func (c *perftestCM) poll(ctx context.Context) error {
 	n, err := c.cq.Wait(ctx, c.wcs)
@@ -126,6 +140,16 @@ func (c *perftestCM) poll(ctx context.Context) error {
 		return err
 	}
 	for _, wc := range c.wcs[:n] {
+		if wc.Status == qp.IBV_WC_WR_FLUSH_ERR && c.peerLeft() {
+			// The peer disconnects once it has the exchange's last
+			// message: a SEND of ours its DREQ flushed before the ACK
+			// came was received; the receive posted again is moot.
+			c.gone = true
+			if wc.Opcode == qp.IBV_WC_SEND {
+				c.sent++
+			}
+			continue
+		}
 		if wc.Status != qp.IBV_WC_SUCCESS {
 			return fmt.Errorf("the rdma_cm comm QP's %v completion failed: %v", wc.Opcode, wc.Status)
 		}
@@ -145,6 +169,9 @@ func (c *perftestCM) SendMessage(ctx context.Context, b []byte) error {
 	if len(b) > len(c.send) {
 		return fmt.Errorf("a message of %d bytes: perftest receives at most %d", len(b), len(c.send))
 	}
+	if c.gone {
+		return errPerftestCMGone
+	}
 	copy(c.send, b)
 	if err := c.conn.QP().PostSend(qp.SendWR{WRID: 2, Opcode: qp.IBV_WR_SEND, SGEs: []qp.SGE{c.sendMR.SGE(0, len(b))}}); err != nil {
 		return err
@@ -162,6 +189,9 @@ func (c *perftestCM) SendMessage(ctx context.Context, b []byte) error {
 // posts the receive again, as rdma_read_data does.
 func (c *perftestCM) RecvMessage(ctx context.Context, b []byte) (int, error) {
 	for len(c.got) == 0 {
+		if c.gone {
+			return 0, errPerftestCMGone
+		}
 		if err := c.poll(ctx); err != nil {
 			return 0, err
 		}
