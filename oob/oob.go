@@ -13,7 +13,10 @@
 //   - perftest 6.06's (linux-rdma/perftest src/perftest_communication.c,
 //     the protocol of ib_{send,write,read}_{bw,lat}): versions, system
 //     data, MTU, 108-byte key strings per QP, barriers, bandwidth results
-//     and "done" ([Perftest], [PerftestKey], [BWReport]).
+//     and "done" ([Perftest], [PerftestKey], [BWReport]); with -R the
+//     same steps run as SENDs on an RC QP that rdma_cm connected, keys as
+//     binary struct pingpong_dest ([NewPerftestCMClient],
+//     [PerftestMessenger], [PerftestKey.AppendDest]).
 //
 // Both are described in ROCEV2.md section 6 (the project's reference
 // notes) and were checked against the real programs on Linux rxe.
@@ -28,10 +31,6 @@
 // A peer that sends too little, garbage or nothing gives an error, never a
 // panic or a hang past the context. Sessions are not safe for concurrent
 // use.
-//
-// BUG(roce-emu): perftest's rdma_cm mode (-R), where the connection
-// manager's messages carry what the key strings carry here, is not
-// spoken.
 package oob
 
 import (

@@ -192,6 +192,7 @@ type BWReport struct {
 // NewPerftestServer.
 type Perftest struct {
 	conn    net.Conn
+	msg     PerftestMessenger // instead of conn: perftest -R
 	client  bool
 	peerVer float64
 	peerTxt string
@@ -210,6 +211,9 @@ func NewPerftestServer(conn net.Conn) *Perftest { return &Perftest{conn: conn} }
 func (s *Perftest) PeerVersion() (float64, string) { return s.peerVer, s.peerTxt }
 
 func (s *Perftest) xchg(ctx context.Context, what string, mine []byte) ([]byte, error) {
+	if s.msg != nil {
+		return s.cmXchg(ctx, what, mine)
+	}
 	rem := make([]byte, len(mine))
 	if err := exchange(ctx, s.conn, s.client, "perftest exchange: "+what, mine, rem); err != nil {
 		return nil, err
@@ -325,7 +329,7 @@ func (s *Perftest) Keys(ctx context.Context, mine []PerftestKey) ([]PerftestKey,
 	keys := make([][]byte, len(mine))
 	rem := make([]PerftestKey, len(mine))
 	for i, k := range mine {
-		b, err := k.Append(nil)
+		b, err := s.appendKey(k)
 		if err != nil {
 			return nil, err
 		}
@@ -334,7 +338,7 @@ func (s *Perftest) Keys(ctx context.Context, mine []PerftestKey) ([]PerftestKey,
 		if err != nil {
 			return nil, err
 		}
-		if rem[i], err = ParsePerftestKey(rb); err != nil {
+		if rem[i], err = s.parseKey(rb); err != nil {
 			return nil, err
 		}
 		if rem[i].GID.Is4() != k.GID.Unmap().Is4() {
@@ -345,10 +349,36 @@ func (s *Perftest) Keys(ctx context.Context, mine []PerftestKey) ([]PerftestKey,
 	return rem, nil
 }
 
+// appendKey is k as this session sends it: a key string, or a binary
+// dest over rdma_cm.
+func (s *Perftest) appendKey(k PerftestKey) ([]byte, error) {
+	if s.msg != nil {
+		return k.AppendDest(nil)
+	}
+	return k.Append(nil)
+}
+
+// parseKey reads a peer's key as this session carries it.
+func (s *Perftest) parseKey(b []byte) (PerftestKey, error) {
+	if s.msg != nil {
+		return ParsePerftestDest(b)
+	}
+	return ParsePerftestKey(b)
+}
+
 // Barrier is ctx_hand_shake: both sides send QP 0's key string again, and
 // neither goes on before the other is there. what names the barrier in
 // errors. The peer's message must be a key string.
+//
+// Over rdma_cm a barrier may come before the keys, as perftest's
+// hand-shakes around the rdma_cm connection of its data QPs do: it sends
+// a zero dest then, and the peer's may be anything of the dest's size
+// (perftest's is not set yet).
 func (s *Perftest) Barrier(ctx context.Context, what string) error {
+	if s.keys == nil && s.msg != nil {
+		_, err := s.xchg(ctx, "barrier ("+what+")", make([]byte, PerftestDestLen))
+		return err
+	}
 	if s.keys == nil {
 		return fmt.Errorf("%w: perftest barrier (%s) before the key exchange", ErrState, what)
 	}
@@ -356,7 +386,7 @@ func (s *Perftest) Barrier(ctx context.Context, what string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := ParsePerftestKey(rem); err != nil {
+	if _, err := s.parseKey(rem); err != nil {
 		return fmt.Errorf("perftest barrier (%s): %w", what, err)
 	}
 	return nil
@@ -376,7 +406,7 @@ func (s *Perftest) BarrierEach(ctx context.Context, what string) error {
 		if err != nil {
 			return err
 		}
-		if _, err := ParsePerftestKey(rem); err != nil {
+		if _, err := s.parseKey(rem); err != nil {
 			return fmt.Errorf("perftest barrier (%s, QP %d): %w", what, i, err)
 		}
 	}
@@ -451,9 +481,15 @@ const DoneWait = 2 * time.Second
 // (perftest does not wait for it either), one that sends other bytes is.
 // The server does not answer a peer that closed. Done does not close the
 // connection.
+//
+// Over rdma_cm, Done is the last barrier alone (perftest writes "done"
+// only on its socket).
 func (s *Perftest) Done(ctx context.Context) error {
 	if err := s.Barrier(ctx, "closing"); err != nil {
 		return err
+	}
+	if s.msg != nil {
+		return nil
 	}
 	release, err := bind(ctx, s.conn)
 	if err != nil {

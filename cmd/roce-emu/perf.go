@@ -125,8 +125,8 @@ func (f *perfFlags) register(fs *flag.FlagSet, kind string) {
 	fs.BoolVar(&f.bidir, "b", false, "bidirectional: both sides run the traffic and print the sum (bw write, read, atomic; give it to both sides)")
 	fs.StringVar(&f.connType, "c", "RC", "connection `type`: RC (UC, UD, XRC, DC are not supported)")
 	fs.IntVar(&f.qpTimeout, "u", 14, "QP timeout `exponent` (4.096 us * 2^N)")
-	fs.BoolVar(&f.rdmaCM, "R", false, "connect with rdma_cm (not supported yet)")
-	fs.BoolVar(&f.rdmaCMz, "z", false, "rdma_cm for the address exchange (not supported yet)")
+	fs.BoolVar(&f.rdmaCM, "R", false, "connect with rdma_cm: the exchange and every QP, no TCP (perftest's -R)")
+	fs.BoolVar(&f.rdmaCMz, "z", false, "rdma_cm for the exchange alone, the QPs connected as without it (perftest's -z); with -R it changes nothing")
 	fs.BoolVar(&f.infinite, "run_infinitely", false, "run until stopped, reporting every few seconds (not supported yet)")
 	fs.BoolVar(&f.gbits, "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
 	fs.BoolVar(&f.outJSON, "out_json", false, "also write the test's parameters and last result to --out_json_file, with perftest's keys")
@@ -170,8 +170,6 @@ func (f *perfFlags) check(kind string, sizeSet bool) (qp.WROpcode, qp.MTU, error
 		return 0, 0, fmt.Errorf("-o %q: operation must be send, write, read or atomic", f.op)
 	}
 	switch {
-	case f.rdmaCM || f.rdmaCMz:
-		return 0, 0, errors.New("-R/-z: connecting with rdma_cm is not supported yet; run both sides without it (perftest's TCP exchange)")
 	case f.bidir && (kind == "lat" || op == qp.IBV_WR_SEND):
 		return 0, 0, fmt.Errorf("-b: bidirectional is built for bw with write, read and atomic (not %s %s yet)", kind, f.op)
 	case f.infinite:

@@ -68,7 +68,7 @@ func TestLat(t *testing.T) {
 }
 
 func TestPerfBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"bw", "-o", "atomic", "-s", "64"}, {"bw", "-R"}, {"bw", "-q", "0"}, {"lat", "-q", "2"}, {"bw", "-c", "UD"}, {"bw", "-s", "0"}, {"lat", "-n", "-1"}, {"bw", "a", "b"}, {"lat", "-m", "9000"}} {
+	for _, args := range [][]string{{"bw", "-o", "atomic", "-s", "64"}, {"bw", "--run_infinitely"}, {"bw", "-q", "0"}, {"lat", "-q", "2"}, {"bw", "-c", "UD"}, {"bw", "-s", "0"}, {"lat", "-n", "-1"}, {"bw", "a", "b"}, {"lat", "-m", "9000"}} {
 		var o, e bytes.Buffer
 		assert.Equal(t, 2, run(args, &o, &e), "%v", args)
 		assert.NotEmpty(t, e.String())
@@ -202,8 +202,8 @@ func TestPerftestFlags(t *testing.T) {
 	assert.Regexp(t, `\n 4096 +10 `, c)
 	assert.Contains(t, s, "the client's results")
 	var o, e bytes.Buffer
-	assert.Equal(t, 2, run([]string{"bw", "-R", "192.0.2.2"}, &o, &e))
-	assert.Equal(t, "roce-emu bw: -R/-z: connecting with rdma_cm is not supported yet; run both sides without it (perftest's TCP exchange)\n", e.String())
+	assert.Equal(t, 2, run([]string{"bw", "--run_infinitely", "192.0.2.2"}, &o, &e))
+	assert.Equal(t, "roce-emu bw: --run_infinitely is not supported yet; -D SECONDS runs for a given time\n", e.String())
 }
 
 // A client's -a against a server without it: the server's buffer holds

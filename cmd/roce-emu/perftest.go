@@ -134,14 +134,31 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
 
-	conn, err := perftestDial(ctx, host, f.port, out)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	s := oob.NewPerftestServer(conn)
-	if client {
-		s = oob.NewPerftestClient(conn)
+	var s *oob.Perftest
+	var pcm *perftestCM // -R or -z: the exchange over rdma_cm
+	if f.rdmaCM || f.rdmaCMz {
+		if pcm, err = perftestCMConnect(ctx, ep, f, host, out); err != nil {
+			return err
+		}
+		defer func() {
+			if pcm != nil {
+				pcm.close(ctx)
+			}
+		}()
+		s = oob.NewPerftestCMServer(pcm)
+		if client {
+			s = oob.NewPerftestCMClient(pcm)
+		}
+	} else {
+		conn, err := perftestDial(ctx, host, f.port, out)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		s = oob.NewPerftestServer(conn)
+		if client {
+			s = oob.NewPerftestClient(conn)
+		}
 	}
 
 	// Versions, system data and MTU, before the QPs exist.
@@ -166,21 +183,51 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	if f.duration > 0 {
 		iters = 0
 	}
-	if r, err = newPerftestTraffic(ctx, ep, kind, op, client, f.bidir, size, iters, f.txDepth, f.rxDepth, f.qps, sys); err != nil {
-		return err
-	}
-	r.noPeak = f.noPeak
-
 	// perftest advertises its device's maximum for READ and atomic tests
 	// (128 on rxe) and 1 otherwise; roce-emu's responder keeps 16.
 	outReads := uint16(1)
 	if op == qp.IBV_WR_RDMA_READ || isAtomic(op) {
 		outReads = 16
 	}
+	var connect perftestQPConnect
+	if f.rdmaCM {
+		// create_rdma_cm_connection: a hand-shake, the data QPs'
+		// rdma_cm connections (the server listening before the
+		// hand-shake lets the client dial), another hand-shake.
+		if !client {
+			if err := pcm.listen(); err != nil {
+				return err
+			}
+		}
+		if err := s.Barrier(ctx, "before the rdma_cm connections"); err != nil {
+			return err
+		}
+		cmReads := uint8(0)
+		if outReads > 1 {
+			cmReads = uint8(outReads)
+		}
+		connect = func(pd *transport.PD, cq *transport.CQ, init qp.InitAttr, access qp.Access, recvs []qp.RecvWR) (*transport.QP, error) {
+			return pcm.connectQP(ctx, pd, cq, init, access, cmReads, curMTU, recvs)
+		}
+	}
+	if r, err = newPerftestTraffic(ctx, ep, kind, op, client, f.bidir, size, iters, f.txDepth, f.rxDepth, f.qps, sys, connect); err != nil {
+		return err
+	}
+	r.noPeak = f.noPeak
+	if connect != nil {
+		if err := s.Barrier(ctx, "after the rdma_cm connections"); err != nil {
+			return err
+		}
+	}
 	locals := make([]oob.PerftestKey, len(r.qps))
 	for i, pq := range r.qps {
 		locals[i] = oob.PerftestKey{OutReads: outReads, QPN: pq.q.QPN(), PSN: randomPSN(), GID: ep.LocalAddr().Addr(),
 			RKey: r.mr.RKey, VA: r.mr.VA + uint64(r.advAt(i))}
+		if connect != nil {
+			// The PSN rdma_cm gave the QP (perftest sends and prints a
+			// random one its QP does not use).
+			locals[i].PSN = pcm.data[i].Params().SQPSN
+		}
 	}
 	remotes, err := s.Keys(ctx, locals)
 	if err != nil {
@@ -188,6 +235,9 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	}
 	for i, pq := range r.qps {
 		pq.local, pq.remote = locals[i], remotes[i]
+		if connect != nil {
+			continue // rdma_cm connected it
+		}
 		if err := perftestConnect(pq.q, pq.local, pq.remote, curMTU, uint16(f.udpPort), f.qpTimeout, r.access); err != nil {
 			return fmt.Errorf("QP %d: %w", i, err)
 		}
@@ -250,6 +300,12 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		r.json.Info = perfJSONInfo{Test: test, DualPort: "OFF", Device: "roce-emu", NumberOfQPs: len(r.qps), TransportType: "IB",
 			ConnectionType: "RC", UsingSRQ: "OFF", Mtu: curMTU.Bytes(), LinkType: "Ethernet", OutstandReads: int(outReads),
 			RdmaCMQPs: "OFF", DataExMethod: "Ethernet"}
+		if pcm != nil {
+			r.json.Info.DataExMethod = "rdma_cm"
+		}
+		if connect != nil {
+			r.json.Info.RdmaCMQPs = "ON"
+		}
 		if kind == "bw" {
 			r.json.Info.TXDepth, r.json.Info.RXDepth = r.depth, r.rxDepth
 		}
@@ -280,6 +336,16 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	}
 	fmt.Fprintf(out, " counters: %s\n", describeCounters(sum))
 	fmt.Fprintf(out, " requests served: %d RDMA WRITE, %d RDMA READ, %d SEND, %d atomic\n", sum.RxWriteRequests, sum.RxReadRequests, sum.RxSendRequests, sum.RxAtomicRequests)
+	if pcm != nil {
+		err := pcm.close(ctx)
+		pcm = nil
+		if err != nil {
+			return err
+		}
+		if connect != nil {
+			fmt.Fprintf(out, " rdma_cm: %d data QPs disconnected\n", len(r.qps))
+		}
+	}
 	return nil
 }
 
@@ -592,8 +658,9 @@ const perftestSlotBytes = 64 << 20
 // landing places of READs and atomics), the receive slots, and the region
 // advertised to the peer, INC(max(size, cycle buffer)) bytes, as
 // perftest's second half; one MR over it all, one CQ, and nq QPs in INIT
-// with their receives posted. iters 0 is duration mode.
-func newPerftestTraffic(ctx context.Context, ep *transport.Endpoint, kind string, op qp.WROpcode, client, bidir bool, size, iters, txDepth, rxDepthFlag, nq int, sys oob.SysData) (*perftestTraffic, error) {
+// with their receives posted. iters 0 is duration mode. With connect
+// (-R), each QP is connect's, connected and with its receives posted.
+func newPerftestTraffic(ctx context.Context, ep *transport.Endpoint, kind string, op qp.WROpcode, client, bidir bool, size, iters, txDepth, rxDepthFlag, nq int, sys oob.SysData, connect perftestQPConnect) (*perftestTraffic, error) {
 	depth := txDepth
 	if iters > 0 {
 		depth = min(txDepth, iters)
@@ -651,8 +718,23 @@ func newPerftestTraffic(ctx context.Context, ep *transport.Endpoint, kind string
 		return nil, err
 	}
 	r.cq = ep.NewCQ(nq*(2*max(depth, rxDepth)) + 64)
+	init := qp.InitAttr{MaxSendWR: depth + 8, MaxRecvWR: max(rxDepth, 1)}
 	for i := range nq {
-		q, err := ep.NewQP(pd, r.cq, r.cq, qp.InitAttr{MaxSendWR: depth + 8, MaxRecvWR: max(rxDepth, 1)})
+		if connect != nil {
+			// rdma_cm (-R): the QP comes connected, its receives posted.
+			recvs := make([]qp.RecvWR, rxDepth)
+			for k := range recvs {
+				recvs[k] = r.recvWR(i, k)
+			}
+			q, err := connect(pd, r.cq, init, r.access, recvs)
+			if err != nil {
+				r.free()
+				return nil, err
+			}
+			r.qps = append(r.qps, &perftestQP{q: q, rxPosted: rxDepth})
+			continue
+		}
+		q, err := ep.NewQP(pd, r.cq, r.cq, init)
 		if err != nil {
 			r.free()
 			return nil, err
@@ -674,6 +756,10 @@ func newPerftestTraffic(ctx context.Context, ep *transport.Endpoint, kind string
 	r.q = r.qps[0].q
 	return r, nil
 }
+
+// perftestQPConnect makes a test's QP connected, with recvs posted
+// (rdma_cm, -R).
+type perftestQPConnect func(pd *transport.PD, cq *transport.CQ, init qp.InitAttr, access qp.Access, recvs []qp.RecvWR) (*transport.QP, error)
 
 // free unmaps ib_write_lat's buffer. The endpoint must be closed first:
 // it may write into the buffer until then.

@@ -316,8 +316,9 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) error {
 	bytes := int64(f.size) * int64(f.iters) * 2
 	fmt.Fprintf(out, "%d bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, secs, float64(bytes)*8/secs/1e6)
 	fmt.Fprintf(out, "%d iters in %.2f seconds = %.2f usec/iter\n", f.iters, secs, secs*1e6/float64(f.iters))
-	ep.Sync()
-	r.checkData(mode, out)
+	// Read the buffer under the Endpoint's lock: a late packet (a peer's
+	// retransmission) is handled, and may touch the buffer, only under it.
+	ep.Locked(func() { r.checkData(mode, out) })
 	fmt.Fprintf(out, "counters: %s\n", describeCounters(r.counters()))
 	return nil
 }

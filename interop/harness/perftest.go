@@ -22,6 +22,8 @@ type perftestCase struct {
 	duration int
 	atomic   string
 	bidir    bool
+	rdmaCM   bool // -R: no TCP; the exchange and every QP over rdma_cm
+	rdmaCMz  bool // -z: no TCP; the exchange over rdma_cm, the QPs by hand
 }
 
 func (c perftestCase) program() string { return "ib_" + c.op + "_" + c.kind }
@@ -52,6 +54,12 @@ func (c perftestCase) modeArgs() []string {
 	}
 	if c.bidir {
 		a = append(a, "-b")
+	}
+	if c.rdmaCM {
+		a = append(a, "-R")
+	}
+	if c.rdmaCMz {
+		a = append(a, "-z")
 	}
 	return a
 }
@@ -186,6 +194,38 @@ func (h *harness) perftestScenarios() []scenario {
 						ours: map[string]int{"out-of-sequence": 1}, rxe: []string{"rcvd_seq_err"}, naks: 1})
 			}},
 	)
+	return ss
+}
+
+// perftestRDMACMScenarios run perftest with -R against roce-emu -R, both
+// roles: no TCP connection; perftest's exchange runs as SENDs on an RC QP
+// that rdma_cm connected on port 18515, and each data QP gets its own
+// rdma_cm connection. With -z only the exchange goes over rdma_cm.
+func (h *harness) perftestRDMACMScenarios() []scenario {
+	var ss []scenario
+	for _, c := range []perftestCase{
+		{kind: "bw", op: "write", size: 65536, iters: 200, rdmaCM: true}, {kind: "bw", op: "read", size: 65536, iters: 200, rdmaCM: true},
+		{kind: "bw", op: "send", size: 65536, iters: 200, rdmaCM: true}, {kind: "bw", op: "write", size: 65536, iters: 100, qps: 2, rdmaCM: true},
+		{kind: "lat", op: "send", size: 64, iters: 200, rdmaCM: true}, {kind: "lat", op: "write", size: 64, iters: 200, rdmaCM: true},
+		{kind: "lat", op: "read", size: 64, iters: 200, rdmaCM: true},
+		{kind: "bw", op: "write", size: 65536, iters: 200, rdmaCMz: true}, {kind: "lat", op: "send", size: 64, iters: 200, rdmaCMz: true},
+	} {
+		name := c.program() + map[bool]string{true: "-R", false: "-z"}[c.rdmaCM]
+		if c.qps > 1 {
+			name += "-q" + strconv.Itoa(c.qps)
+		}
+		flag, what := "-R", "the exchange and each QP over rdma_cm"
+		if !c.rdmaCM {
+			flag, what = "-z", "the exchange over rdma_cm, the QPs connected from the keys"
+		}
+		ss = append(ss,
+			scenario{"perftest-" + name + "-rxe-client",
+				fmt.Sprintf("rxe's %s %s client against roce-emu %s %s as server: %d x %d bytes on %d QP(s), no TCP, %s", c.program(), flag, c.kind, flag, c.iters, c.size, max(c.qps, 1), what),
+				func(h *harness) (string, error) { return h.perftest(c, false, 1024, 1024, nil) }},
+			scenario{"perftest-" + name + "-roce-emu-client",
+				fmt.Sprintf("roce-emu %s %s as client against rxe's %s %s server: %d x %d bytes on %d QP(s), no TCP, %s", c.kind, flag, c.program(), flag, c.iters, c.size, max(c.qps, 1), what),
+				func(h *harness) (string, error) { return h.perftest(c, true, 1024, 1024, nil) }})
+	}
 	return ss
 }
 
@@ -324,6 +364,19 @@ func (h *harness) perftest(c perftestCase, ourClient bool, guestMTU, ourMTU int,
 			if resultLine(client, sz, c.iters) == "" {
 				return "", fmt.Errorf("the -a client printed no result line for %d bytes: %s", sz, lastLines(client, 3))
 			}
+		}
+	}
+	if c.rdmaCM || c.rdmaCMz {
+		if !strings.Contains(g.out, "Data ex. method : rdma_cm") {
+			return "", fmt.Errorf("%s does not say its exchange ran over rdma_cm: %s", c.program(), lastLines(g.out, 3))
+		}
+		qps := map[bool]string{true: "ON", false: "OFF"}[c.rdmaCM]
+		if !strings.Contains(g.out, "rdma_cm QPs	 : "+qps) {
+			return "", fmt.Errorf("%s does not say \"rdma_cm QPs : %s\": %s", c.program(), qps, lastLines(g.out, 3))
+		}
+		want := fmt.Sprintf("rdma_cm: %d data QPs disconnected", max(c.qps, 1))
+		if c.rdmaCM != strings.Contains(o, want) {
+			return "", fmt.Errorf("roce-emu with -R %v printed %q %v: %s", c.rdmaCM, want, !c.rdmaCM, lastLines(o, 3))
 		}
 	}
 	for _, out := range []string{g.out, o} {

@@ -67,6 +67,7 @@ func (h *harness) scenarios4() []scenario {
 	)
 	ss = append(ss, pingpongFamilyScenarios()...)
 	ss = append(ss, h.rdmacmScenarios()...)
+	ss = append(ss, h.perftestRDMACMScenarios()...)
 	return append(append(ss, h.perftestScenarios()...), h.perftestModeScenarios()...)
 }
 
