@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -459,10 +460,15 @@ type perfJSONLat struct {
 	latStats
 }
 
-// round is %.Nf's rounding, for JSON numbers that say what the table says.
+// round is %.Nf's rounding, for JSON numbers that say what the table
+// says: the number the table prints, read back (math.Round(x*100)/100
+// differs from %.2f where x*100 is not exact, 77.425 being 77.42499...).
 func round(x float64, decimals int) float64 {
-	p := math.Pow(10, float64(decimals))
-	return math.Round(x*p) / p
+	v, err := strconv.ParseFloat(strconv.FormatFloat(x, 'f', decimals, 64), 64)
+	if err != nil {
+		return x // NaN or ±Inf: as they are
+	}
+	return v
 }
 
 func (j *perfJSON) noteBW(size, iters int, gbits bool, r bwResult) {
