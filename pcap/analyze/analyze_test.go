@@ -536,3 +536,37 @@ func TestCMPairing(t *testing.T) {
 	require.Len(t, rc[1].Checks, 1)
 	assert.Equal(t, analyze.Check{Frame: bad, Severity: "warning", Kind: "CM starting PSN", Message: "first PSN 7, the CM's starting PSN 200"}, rc[1].Checks[0])
 }
+
+// An ACK past an unanswered READ implies a NAK, but the READ's responses
+// were on the wire behind it: they come, the requester's go-back resends
+// nothing, and a later loss is recovered by the ACK timer. The resend is a
+// timeout, not the implied NAK's (a lossy run of TestLossyRunMatchesCounters
+// once counted it so: timeouts 2 against the requester's 3).
+func TestImpliedNAKOvertakenThenTimeout(t *testing.T) {
+	w := newWire(t, analyze.Config{PathMTU: 1024})
+	read := req(bth.RCReadRequest, 20, 0, true)
+	read.RETH.DMALength = 1024
+	w.send(0, hostA, hostB, bth.ECT0, read)                                            // PSN 20
+	w.send(time.Microsecond, hostA, hostB, bth.ECT0, req(bth.RCSendOnly, 21, 4, true)) // PSN 21
+	// The responder's ACK for the SEND overtakes the READ's response.
+	implied := w.send(5*time.Microsecond, hostB, hostA, bth.ECT0, ack(21, bth.SyndromeACKNoCredits, 2))
+	resp := &bth.Packet{BTH: bth.BTH{Opcode: bth.RCReadResponseOnly, PKey: bth.DefaultPKey, DestQP: 0xA1, PSN: 20},
+		AETH: bth.AETH{Syndrome: bth.SyndromeACKNoCredits, MSN: 1}, Payload: make([]byte, 1024)}
+	w.send(time.Microsecond, hostB, hostA, bth.ECT0, resp)
+	w.send(time.Microsecond, hostB, hostA, bth.ECT0, ack(21, bth.SyndromeACKNoCredits, 2))
+	// A new SEND is lost; the ACK timer resends it.
+	w.send(time.Microsecond, hostA, hostB, bth.ECT0, req(bth.RCSendOnly, 22, 4, true))
+	resend := w.send(16*time.Millisecond, hostA, hostB, bth.ECT0, req(bth.RCSendOnly, 22, 4, true))
+	w.send(5*time.Microsecond, hostB, hostA, bth.ECT0, ack(22, bth.SyndromeACKNoCredits, 3))
+	c := w.report().Connections[0]
+	assert.Equal(t, 1, c.ImpliedNAKs)
+	assert.Equal(t, 1, c.Timeouts)
+	require.Len(t, c.GBNEpisodes, 2)
+	assert.Equal(t, analyze.Episode{Cause: "implied_NAK", StartFrame: implied, FromPSN: 20, ResendFrom: "none"}, c.GBNEpisodes[0])
+	e := c.GBNEpisodes[1]
+	assert.Equal(t, "timeout", e.Cause)
+	assert.Equal(t, resend, e.FirstResendFrame)
+	assert.Equal(t, uint32(22), e.FromPSN)
+	assert.Equal(t, 16000.0, e.DelayUs)
+	assert.Equal(t, 1, e.PacketsResent)
+}

@@ -279,6 +279,13 @@ func (c *conn) request(a *Analyzer, frame int, rec *pcap.Record) {
 			c.inMsg = 0
 		}
 		c.flushEpisode(a)
+		if c.impliedAt != nil {
+			// The requester went back for an implied NAK, but the
+			// responses it lacked came in before it resent anything (they
+			// were on the wire behind the response that implied the NAK),
+			// so it has gone on to new PSNs: that go-back resent nothing.
+			c.supersede(a)
+		}
 		c.point(a, t, u, PointSend)
 		c.checkOpcodeSequence(a, frame, info)
 		c.setHigh(u)
@@ -436,7 +443,7 @@ func (c *conn) response(a *Analyzer, frame int, rec *pcap.Record) {
 		c.lastMSN, c.haveMSN, c.msnPSN = p.AETH.MSN, true, u
 	}
 	syn := p.AETH.Syndrome
-	if c.pastIncomplete(u, info) {
+	if back, ok := c.pastIncomplete(u, info); ok {
 		// A response past a READ or atomic whose response (or part of it)
 		// did not come shows it lost: an implied NAK (IBTA 9.7.5.1.2).
 		// The requester drops the packet and goes back, unless a retry is
@@ -445,7 +452,7 @@ func (c *conn) response(a *Analyzer, frame int, rec *pcap.Record) {
 			c.implied++
 			c.retrying = true
 			c.supersede(a)
-			c.impliedAt = &nakSeen{frame: frame, t: t, psn: -1}
+			c.impliedAt = &nakSeen{frame: frame, t: t, psn: back}
 		}
 		c.countAETH(info, syn)
 		if info.Op == bth.OpAcknowledge && syn.Kind() == bth.KindNAK {
@@ -607,24 +614,25 @@ func (c *conn) readAt(u int64) *readReq {
 
 // pastIncomplete reports whether a response at u is past a READ or atomic
 // whose response has not all come: past its last PSN, or a READ response
-// past the next one it expects.
-func (c *conn) pastIncomplete(u int64, info *bth.OpInfo) bool {
+// past the next one it expects. back is where the requester goes back to:
+// the next response PSN that READ or atomic expects.
+func (c *conn) pastIncomplete(u int64, info *bth.OpInfo) (back int64, ok bool) {
 	for i := range c.reads {
 		r := &c.reads[i]
 		if u < r.psn {
-			return false
+			return 0, false
 		}
 		last := r.psn + c.span(r) - 1
 		if u > last {
-			return true
+			return r.next, true
 		}
 		// u is inside r.
 		if info.Op == bth.OpReadResponse && !r.atomic {
-			return u > r.next
+			return r.next, u > r.next
 		}
-		return false
+		return 0, false
 	}
-	return false
+	return 0, false
 }
 
 // completeReads forgets the READs and atomics up to PSN u, answered.
