@@ -38,6 +38,8 @@ func Cases() []Case {
 		{Name: "duplicate-send-not-redelivered", IBTA: "IBTA Vol. 1 ch. 9.7 (responder: a duplicate SEND is acknowledged, not delivered again)", Peer: Pingpong, Run: duplicateSend},
 		{Name: "ghost-ack-ignored", IBTA: "IBTA Vol. 1 ch. 9.7 (requester: an ACK for a PSN not yet sent is ignored)", Peer: Pingpong, Run: ghostACK},
 		{Name: "rnr-timer-code-0", IBTA: "IBTA Vol. 1 Table 45 (RNR NAK timer code 0 is 655.36 ms) and ch. 9.7 (requester waits it before resending)", Peer: Pingpong, Run: rnrTimerZero},
+		{Name: "write-permission-violation", IBTA: "IBTA Vol. 1 ch. 9.7 and ch. 10 (access rights: an RDMA WRITE to a QP that enables no remote WRITE is NAKed remote access error; the QP goes to the error state)", Peer: Pingpong, Run: permissionViolation(false)},
+		{Name: "read-permission-violation", IBTA: "IBTA Vol. 1 ch. 9.7 and ch. 10 (access rights: an RDMA READ from a QP that enables no remote READ is NAKed remote access error, nothing is returned; the QP goes to the error state)", Peer: Pingpong, Run: permissionViolation(true)},
 		{Name: "retry-exhaustion", IBTA: "IBTA Vol. 1 ch. 9.7 (requester: retry_cnt retransmissions after ACK timeouts, then no more)", Peer: Pingpong, Run: retryExhaustion},
 	}
 }
@@ -767,5 +769,51 @@ func psnHalfWindows(t *T) {
 	w = t.send(t.Write(0, pattern(8, 3)))
 	if w != nil {
 		t.wantACK(w[0], next, "the request at the expected PSN")
+	}
+}
+
+// permissionViolation sends an RDMA WRITE or READ to rc_pingpong's QP,
+// which enables no remote access (rdma-core's rc_pingpong.c sets
+// qp_access_flags 0 and registers its buffer LOCAL_WRITE only), so no
+// R_Key can make it valid: a remote access error NAK, and then the QP is
+// in the error state.
+func permissionViolation(read bool) func(t *T) {
+	return func(t *T) {
+		var p *bth.Packet
+		what := "an RDMA WRITE to a QP with no remote access"
+		if read {
+			p, what = t.read(0, 64), "an RDMA READ from a QP with no remote access"
+		} else {
+			p = t.Write(0, pattern(64, 3))
+		}
+		f := t.send(p)
+		if f == nil {
+			return
+		}
+		_, a := t.Until(t.Wait, func(f *Frame) bool { return !isRequest(f) })
+		switch {
+		case a == nil:
+			t.Failf(f, "%s: no answer within %v", what, t.Wait)
+			return
+		case a.Pkt.BTH.Opcode != bth.RCAcknowledge:
+			t.Failf([]*Frame{f[0], a}, "%s was answered %s with %d bytes", what, a, len(a.Pkt.Payload))
+			return
+		case syn(a) != bth.NAKSyndrome(bth.NAKRemoteAccessError) || a.Pkt.BTH.PSN != p.BTH.PSN:
+			t.Failf([]*Frame{f[0], a}, "%s: got %s, want NAK_REMOTE_ACCESS for PSN %d", what, a, p.BTH.PSN)
+			return
+		}
+		t.Evidence(f[0], a)
+		// The QP is in the error state: a SEND at the next PSN gets no
+		// answer (no ACK, no SEND back).
+		s := t.send(t.Request(bth.RCSendOnly, pattern(16, 4)))
+		if s == nil {
+			return
+		}
+		for _, g := range t.Collect(t.Quiet) {
+			if isAcknowledge(g) || isRequest(g) {
+				t.Failf(append(s, g), "a SEND after the remote access error (the QP should be in the error state): the peer answered %s", g)
+				return
+			}
+		}
 	}
 }

@@ -73,7 +73,7 @@ func TestBrokenPeerFails(t *testing.T) {
 		v := verdicts(rep)
 		for _, name := range []string{"psn-sequence-error-nak-once", "first-psn-not-announced", "write-mtu-plus-1",
 			"r-key-violation", "bounds-violation", "rnr-nak-no-receive-wqe", "write-middle-short", "write-middle-without-first",
-			"read-bounds-violation", "psn-half-windows"} {
+			"read-bounds-violation", "psn-half-windows", "write-permission-violation", "read-permission-violation"} {
 			if v[name] != Fail {
 				t.Errorf("a peer that sends no NAK: case %s is %s, want fail", name, v[name])
 			}

@@ -23,6 +23,13 @@ var rxeDepartures = map[string]string{
 	// rxe_comp.c check_psn: an ACK whose PSN is past the WQE's last PSN
 	// completes the WQE ("diff > 0 ... return COMPST_COMP_ACK").
 	"ghost-ack-ignored": "departure: rxe's completer takes an ACK for a PSN it has not sent as acknowledging the SEND in flight and never resends it",
+	// rxe_resp.c check_op_valid: an RC request the QP's access flags do
+	// not enable is RESPST_ERR_UNSUPPORTED_OPCODE, answered NAK invalid
+	// request (IB_WC_REM_INV_REQ_ERR), where IBTA's access rights call
+	// for a remote access error (ROCEV2.md section 4: "R_Key or bounds or
+	// permission violation").
+	"write-permission-violation": "departure: rxe NAKs an RDMA WRITE to a QP without remote WRITE access invalid request, not remote access error",
+	"read-permission-violation":  "departure: rxe NAKs an RDMA READ from a QP without remote READ access invalid request, not remote access error",
 	// perftest gives ib_read_bw's QP REMOTE_READ only and ib_write_bw's
 	// REMOTE_WRITE only; rxe NAKs the WRITE invalid request.
 	"duplicate-write-not-reexecuted": "n/a: no perftest server on rxe takes both the WRITEs and the READ that reads them back",
