@@ -351,7 +351,7 @@ func TestReadImpliedNAKAndReACK(t *testing.T) {
 func TestCNPsAndCE(t *testing.T) {
 	w := newWire(t, analyze.Config{MinCNPInterval: 50 * time.Microsecond})
 	for i := range 6 {
-		w.send(10*time.Microsecond, hostA, hostB, bth.CE, req(bth.RCSendOnly, uint32(i), 64, false))
+		w.send(10*time.Microsecond, hostA, hostB, bth.CE, req(bth.RCSendOnly, uint32(i), 64, true))
 		if i%2 == 1 {
 			cnp := &bth.Packet{BTH: bth.BTH{Opcode: bth.CNP, PKey: bth.DefaultPKey, BECN: true, DestQP: 0xA1}}
 			w.send(time.Microsecond, hostB, hostA, bth.ECT0, cnp)
@@ -382,10 +382,10 @@ func TestChecks(t *testing.T) {
 	w := newWire(t, analyze.Config{PathMTU: 1024})
 	w.send(0, hostA, hostB, bth.ECT0, req(bth.RCSendFirst, 1, 1024, false))
 	short := w.send(1, hostA, hostB, bth.ECT0, req(bth.RCSendMiddle, 2, 512, false))
-	only := w.send(1, hostA, hostB, bth.ECT0, req(bth.RCSendOnly, 3, 8, false))
-	orphan := w.send(1, hostA, hostB, bth.ECT0, req(bth.RCSendLast, 4, 8, false))
-	gap := w.send(1, hostA, hostB, bth.ECT0, req(bth.RCSendOnly, 9, 8, false))
-	big := w.send(1, hostA, hostB, bth.ECT0, req(bth.RCSendOnly, 10, 2000, false))
+	only := w.send(1, hostA, hostB, bth.ECT0, req(bth.RCSendOnly, 3, 8, true))
+	orphan := w.send(1, hostA, hostB, bth.ECT0, req(bth.RCSendLast, 4, 8, true))
+	gap := w.send(1, hostA, hostB, bth.ECT0, req(bth.RCSendOnly, 9, 8, true))
+	big := w.send(1, hostA, hostB, bth.ECT0, req(bth.RCSendOnly, 10, 2000, true))
 	w.send(1, hostB, hostA, bth.ECT0, ack(9, bth.SyndromeACKNoCredits, 5))
 	msn := w.send(1, hostB, hostA, bth.ECT0, ack(10, bth.SyndromeACKNoCredits, 4))
 	c := w.report().Connections[0]
@@ -569,4 +569,35 @@ func TestImpliedNAKOvertakenThenTimeout(t *testing.T) {
 	assert.Equal(t, uint32(22), e.FromPSN)
 	assert.Equal(t, 16000.0, e.DelayUs)
 	assert.Equal(t, 1, e.PacketsResent)
+}
+
+// The AckReq policy: a message whose last packet does not ask for an ACK
+// is listed once and counted after; a run of 128 request packets without
+// AckReq (rxe's window) is listed; READ requests count as message ends.
+func TestAckReqPolicy(t *testing.T) {
+	w := newWire(t, analyze.Config{PathMTU: 1024})
+	first := w.send(0, hostA, hostB, bth.ECT0, req(bth.RCSendOnly, 1, 8, false))
+	w.send(1, hostA, hostB, bth.ECT0, req(bth.RCSendOnly, 2, 8, false))
+	w.send(1, hostA, hostB, bth.ECT0, req(bth.RCWriteFirst, 3, 1024, false))
+	var run int
+	for i := range uint32(125) {
+		run = w.send(1, hostA, hostB, bth.ECT0, req(bth.RCWriteMiddle, 4+i, 1024, false))
+	}
+	w.send(1, hostA, hostB, bth.ECT0, req(bth.RCWriteLast, 129, 8, true))
+	read := req(bth.RCReadRequest, 130, 0, false)
+	read.RETH.DMALength = 8
+	w.send(1, hostA, hostB, bth.ECT0, read)
+	c := w.report().Connections[0]
+	var got []analyze.Check
+	for _, k := range c.Checks {
+		if k.Kind == "AckReq policy" {
+			got = append(got, k)
+		}
+	}
+	require.Len(t, got, 2, "%v", c.Checks)
+	assert.Equal(t, first, got[0].Frame)
+	assert.Contains(t, got[0].Message, "RC_SEND_ONLY ends a message without AckReq")
+	assert.Equal(t, run, got[1].Frame, "the 128th packet in a row without AckReq: 2 SENDs, the FIRST and 125 MIDDLEs")
+	assert.Contains(t, got[1].Message, "128 request packets in a row without AckReq")
+	assert.Equal(t, 4, c.ChecksByKind["AckReq policy"], "3 message ends (2 SENDs, the READ) and the run")
 }

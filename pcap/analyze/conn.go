@@ -88,6 +88,8 @@ type conn struct {
 
 	checks     []Check
 	checkKinds map[string]int
+	noAckReq     int // RC request packets sent in a row without AckReq
+	noAckReqEnds int // RC messages whose last packet had no AckReq
 }
 
 type nakSeen struct {
@@ -288,6 +290,9 @@ func (c *conn) request(a *Analyzer, frame int, rec *pcap.Record) {
 		}
 		c.point(a, t, u, PointSend)
 		c.checkOpcodeSequence(a, frame, info)
+		if c.key.tr == bth.TransportRC {
+			c.checkAckReq(a, frame, h.AckReq, info)
+		}
 		c.setHigh(u)
 		c.bytes += uint64(rec.PayloadLen)
 		c.newMessage(info)
@@ -397,6 +402,39 @@ func (c *conn) checkOpcodeSequence(a *Analyzer, frame int, info *bth.OpInfo) {
 		c.inMsg = info.Op
 	default:
 		c.inMsg = 0
+	}
+}
+
+// maxNoAckReq is the run of RC request packets without AckReq that the
+// AckReq check reports: rxe's window of unacknowledged PSNs
+// (RXE_MAX_UNACKED_PSNS, qp.MaxUnackedPSNs). A requester that fills its
+// window without asking for an ACK waits for its ACK timer, since a
+// responder need not acknowledge a request that does not ask.
+const maxNoAckReq = 128
+
+// checkAckReq checks a first transmission against the AckReq policy of
+// rxe (rxe_req.c: AckReq on the last packet of every message, and after
+// RXE_MAX_PKT_PER_ACK packets without one) and of the ConnectX and Huawei
+// captures in the project's testdata, which set it on every message's
+// last packet. IBTA 9.2 makes AckReq the requester's request for an
+// acknowledgment; a responder may coalesce ACKs for requests without it.
+func (c *conn) checkAckReq(a *Analyzer, frame int, ackReq bool, info *bth.OpInfo) {
+	if ackReq {
+		c.noAckReq = 0
+		return
+	}
+	c.noAckReq++
+	if info.Ends() || info.Pos == bth.PosNone { // READ requests and atomics are one packet
+		// The first is listed; the rest are counted (ChecksByKind).
+		c.noAckReqEnds++
+		if c.noAckReqEnds == 1 {
+			c.check(a, frame, "warning", "AckReq policy", fmt.Sprintf("%s ends a message without AckReq (rxe, ConnectX and Huawei NICs ask for an ACK at every message's end; later ones are counted, not listed)", info.Short))
+		} else {
+			c.checkKinds["AckReq policy"]++
+		}
+	}
+	if c.noAckReq == maxNoAckReq {
+		c.check(a, frame, "warning", "AckReq policy", fmt.Sprintf("%d request packets in a row without AckReq: a requester whose window is %d PSNs (rxe's) waits for its ACK timer", maxNoAckReq, maxNoAckReq))
 	}
 }
 
