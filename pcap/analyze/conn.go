@@ -86,8 +86,8 @@ type conn struct {
 	binWidth time.Duration
 	bins     []uint64
 
-	checks     []Check
-	checkKinds map[string]int
+	checks       []Check
+	checkKinds   map[string]int
 	noAckReq     int // RC request packets sent in a row without AckReq
 	noAckReqEnds int // RC messages whose last packet had no AckReq
 }
