@@ -601,3 +601,25 @@ func TestAckReqPolicy(t *testing.T) {
 	assert.Contains(t, got[1].Message, "128 request packets in a row without AckReq")
 	assert.Equal(t, 4, c.ChecksByKind["AckReq policy"], "3 message ends (2 SENDs, the READ) and the run")
 }
+
+// A capture that missed a message's first transmission (a PSN gap) sees
+// it first as a resend: the message is counted then, once; a resend of a
+// PSN seen before is not counted again.
+func TestGapFilledByResendCountsMessage(t *testing.T) {
+	w := newWire(t, analyze.Config{PathMTU: 1024})
+	w.send(0, hostA, hostB, bth.ECT0, req(bth.RCSendOnly, 1, 8, true))
+	// PSNs 2 (a SEND Only) and 3, 4 (a WRITE First and Last) are not in
+	// the capture; 5 is.
+	w.send(1, hostA, hostB, bth.ECT0, req(bth.RCSendOnly, 5, 8, true))
+	w.send(1, hostB, hostA, bth.ECT0, ack(1, bth.NAKSyndrome(bth.NAKPSNSequenceError), 1))
+	w.send(1, hostA, hostB, bth.ECT0, req(bth.RCSendOnly, 2, 8, true))
+	w.send(1, hostA, hostB, bth.ECT0, req(bth.RCWriteFirst, 3, 1024, false))
+	w.send(1, hostA, hostB, bth.ECT0, req(bth.RCWriteLast, 4, 16, true))
+	w.send(1, hostA, hostB, bth.ECT0, req(bth.RCSendOnly, 5, 8, true))
+	// The go-back-N again from 2: nothing is new now.
+	w.send(1, hostA, hostB, bth.ECT0, req(bth.RCSendOnly, 2, 8, true))
+	c := w.report().Connections[0]
+	assert.Equal(t, 4, c.Messages, "SENDs at 1, 2 and 5 and the WRITE at 3-4, each once: the second resend of 2 is not new")
+	assert.Equal(t, map[string]int{"SEND": 3, "RDMA_WRITE": 1}, c.MessagesByKind)
+	assert.Equal(t, 5, c.RetransmittedPackets)
+}

@@ -88,8 +88,9 @@ type conn struct {
 
 	checks       []Check
 	checkKinds   map[string]int
-	noAckReq     int // RC request packets sent in a row without AckReq
-	noAckReqEnds int // RC messages whose last packet had no AckReq
+	noAckReq     int       // RC request packets sent in a row without AckReq
+	noAckReqEnds int       // RC messages whose last packet had no AckReq
+	unseen       []psnSpan // PSNs skipped by first transmissions: not in the capture yet
 }
 
 type nakSeen struct {
@@ -279,6 +280,9 @@ func (c *conn) request(a *Analyzer, frame int, rec *pcap.Record) {
 			c.check(a, frame, "warning", "PSN sequence",
 				fmt.Sprintf("PSN %d after %d: %d PSNs not in the capture", h.PSN, c.highPSN, u-c.high-1))
 			c.inMsg = 0
+			if len(c.unseen) < maxUnseen {
+				c.unseen = append(c.unseen, psnSpan{c.high + 1, u - 1})
+			}
 		}
 		c.flushEpisode(a)
 		if c.impliedAt != nil {
@@ -319,9 +323,18 @@ func (c *conn) request(a *Analyzer, frame int, rec *pcap.Record) {
 	}
 	// A PSN sent before.
 	c.point(a, t, u, PointResend)
+	unseen := c.takeUnseen(u)
+	if unseen {
+		// Its first transmission is not in the capture: a message that
+		// ends here is seen for the first time.
+		c.newMessage(info)
+		c.bytes += uint64(rec.PayloadLen)
+	}
 	if c.key.tr != bth.TransportRC {
-		c.dups++ // UC never resends: a duplicate on the path
-		return
+		if !unseen {
+			c.dups++ // UC never resends: a duplicate on the path
+		}
+		return // or reordered on the path
 	}
 	c.resent++
 	c.resentBytes += uint64(rec.PayloadLen)
@@ -374,6 +387,40 @@ func (c *conn) flushEpisode(a *Analyzer) {
 		c.epNotListed++
 	}
 	c.ep = nil
+}
+
+// maxUnseen bounds the PSN spans a connection remembers as missing from
+// the capture (older gaps are not tracked past it).
+const maxUnseen = 64
+
+// psnSpan is a range of unwrapped PSNs, both ends included.
+type psnSpan struct{ from, to int64 }
+
+// takeUnseen reports whether u lies in a span of PSNs whose first
+// transmission the capture lacks, and removes it from the span.
+func (c *conn) takeUnseen(u int64) bool {
+	for i := range c.unseen {
+		g := &c.unseen[i]
+		if u < g.from || u > g.to {
+			continue
+		}
+		switch {
+		case g.from == g.to:
+			c.unseen = append(c.unseen[:i], c.unseen[i+1:]...)
+		case u == g.from:
+			g.from++
+		case u == g.to:
+			g.to--
+		default:
+			rest := psnSpan{u + 1, g.to}
+			g.to = u - 1
+			if len(c.unseen) < maxUnseen {
+				c.unseen = append(c.unseen, rest)
+			}
+		}
+		return true
+	}
+	return false
 }
 
 func (c *conn) newMessage(info *bth.OpInfo) {
