@@ -236,6 +236,12 @@ func writeAnalysis(out *bufio.Writer, rep *analyze.Report, many bool) {
 	if len(s.UnmatchedCNPsTo) > 0 {
 		fmt.Fprintf(out, "unmatched CNPs by destination QP:%s\n", counts(s.UnmatchedCNPsTo))
 	}
+	for _, x := range s.CM {
+		writeCMExchange(out, &x)
+	}
+	if s.CMNotTracked > 0 {
+		fmt.Fprintf(out, "CM: %d more REQs not tracked (--max-connections)\n", s.CMNotTracked)
+	}
 	for i, c := range rep.Connections {
 		fmt.Fprintf(out, "\nconnection %d: %s %s -> %s", i+1, c.Transport, c.Requester, c.Responder)
 		if c.Epoch > 0 {
@@ -333,4 +339,32 @@ func counts(m map[string]int) string {
 		fmt.Fprintf(&b, " %s=%d", k, m[k])
 	}
 	return b.String()
+}
+
+// writeCMExchange prints one rdma_cm exchange on a line: who asked whom
+// for which service, the frames of each message, and where it ended.
+func writeCMExchange(out *bufio.Writer, x *analyze.CMExchange) {
+	fmt.Fprintf(out, "CM %s/%s -> %s service %s: REQ #%d", x.Active, x.ActiveQPN, x.Passive, x.ServiceID, x.REQFrame)
+	if x.REQs > 1 {
+		fmt.Fprintf(out, " (sent %d times)", x.REQs)
+	}
+	if x.MRAs > 0 {
+		fmt.Fprintf(out, ", %d MRA", x.MRAs)
+	}
+	if x.REPFrame != 0 {
+		fmt.Fprintf(out, ", REP #%d from QP %s", x.REPFrame, x.PassiveQPN)
+	}
+	if x.RTUFrame != 0 {
+		fmt.Fprintf(out, ", RTU #%d (set up in %.0f us)", x.RTUFrame, x.SetupUs)
+	}
+	if x.REJFrame != 0 {
+		fmt.Fprintf(out, ", REJ #%d from the %s side: %s", x.REJFrame, x.REJFrom, x.REJReason)
+	}
+	if x.DREQFrame != 0 {
+		fmt.Fprintf(out, ", DREQ #%d from the %s side", x.DREQFrame, x.DREQFrom)
+	}
+	if x.DREPFrame != 0 {
+		fmt.Fprintf(out, ", DREP #%d", x.DREPFrame)
+	}
+	fmt.Fprintf(out, ": %s\n", x.State)
 }

@@ -137,3 +137,11 @@ func TestAnalyzePlots(t *testing.T) {
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errOut, "needs --plot")
 }
+
+// The text report has a line per rdma_cm exchange.
+func TestAnalyzeTextCM(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := runCLI(t, "analyze", filepath.Join(sharedPcaps(t), "rxe-qemu-rdmacm-write18-read4096-mtu1024.pcap"))
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "CM 192.168.65.5/0x000011 -> 192.168.65.4 service 0x0000000001061d2f: REQ #1, REP #2 from QP 0x000011, RTU #3 (set up in 4112 us), DREQ #11 from the active side, DREP #12: disconnected\n")
+}

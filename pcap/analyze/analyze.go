@@ -104,6 +104,8 @@ type Analyzer struct {
 	doneKept int
 	cmReqs   map[cmREQ]cmREQInfo // CM REQs waiting for their REP
 	cm       map[cmKey]cmSide    // what the CM told about each direction
+	cmX      map[cmXKey]*CMExchange
+	cmOrder  []*CMExchange // in the order of their first REQ
 }
 
 // New returns an Analyzer.
@@ -111,7 +113,7 @@ func New(cfg Config) *Analyzer {
 	cfg.defaults()
 	return &Analyzer{cfg: cfg, conns: map[reqKey]*conn{}, bound: map[respKey]*conn{},
 		sum:    Summary{OtherLinkTypes: map[string]int{}, UnmatchedCNPsTo: map[string]int{}, CNPPorts: map[string]*CNPPort{}},
-		cmReqs: map[cmREQ]cmREQInfo{}, cm: map[cmKey]cmSide{}}
+		cmReqs: map[cmREQ]cmREQInfo{}, cm: map[cmKey]cmSide{}, cmX: map[cmXKey]*CMExchange{}}
 }
 
 // AddOtherLinkType counts frame, skipped because its link type is not one
@@ -175,7 +177,7 @@ func (a *Analyzer) Add(frame int, k pcap.Kind, rec *pcap.Record) {
 		c.response(a, frame, rec)
 	default:
 		if info.Ext&bth.ExtDETH != 0 {
-			a.cmMAD(rec.Src, rec.Dst, p)
+			a.cmMAD(frame, rec.Time, rec.Src, rec.Dst, p)
 		}
 		c = a.reqConn(frame, rec)
 		c.request(a, frame, rec)
@@ -372,6 +374,12 @@ func (a *Analyzer) Report() *Report {
 	}
 	if a.started {
 		r.Summary.DurationUs = us(a.last.Sub(a.start))
+	}
+	r.Summary.CM = make([]CMExchange, 0, len(a.cmOrder))
+	for _, x := range a.cmOrder {
+		e := *x
+		e.State, e.reqTime = x.state(), time.Time{}
+		r.Summary.CM = append(r.Summary.CM, e)
 	}
 	for _, c := range all {
 		cr := c.report(a)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/roce-emu/roce-emu/bth"
+	"github.com/roce-emu/roce-emu/cm"
 	"github.com/roce-emu/roce-emu/internal/testenv"
 	"github.com/roce-emu/roce-emu/pcap"
 	"github.com/roce-emu/roce-emu/pcap/analyze"
@@ -622,4 +623,41 @@ func TestGapFilledByResendCountsMessage(t *testing.T) {
 	assert.Equal(t, 4, c.Messages, "SENDs at 1, 2 and 5 and the WRITE at 3-4, each once: the second resend of 2 is not new")
 	assert.Equal(t, map[string]int{"SEND": 3, "RDMA_WRITE": 1}, c.MessagesByKind)
 	assert.Equal(t, 5, c.RetransmittedPackets)
+}
+
+// The CM exchange of the rxe rdma_cm capture: REQ, REP, RTU, and the
+// active side's DREQ answered by a DREP.
+func TestCMExchangeRxe(t *testing.T) {
+	rep := analyzeFile(t, shared(t, "rxe-qemu-rdmacm-write18-read4096-mtu1024.pcap"), analyze.Config{})
+	require.Len(t, rep.Summary.CM, 1)
+	x := rep.Summary.CM[0]
+	assert.Equal(t, analyze.CMExchange{Active: "192.168.65.5", Passive: "192.168.65.4", ActiveCommID: "0x34cfb552", PassiveCommID: "0xa980e2d3",
+		ServiceID: "0x0000000001061d2f", ActiveQPN: "0x000011", PassiveQPN: "0x000011", REQFrame: 1, REQs: 1, REPFrame: 2, REPs: 1, RTUFrame: 3,
+		DREQFrame: 11, DREQFrom: "active", DREPFrame: 12, SetupUs: 4112, State: "disconnected"}, x)
+}
+
+// A REQ retried, an MRA, and the passive side's REJ; a REQ nobody answers;
+// MADs of exchanges whose REQ is not in the capture are skipped.
+func TestCMExchangeRejectMRA(t *testing.T) {
+	w := newWire(t, analyze.Config{})
+	mad := func(m cm.Message) *bth.Packet {
+		b, err := cm.AppendMAD(nil, 1, m)
+		require.NoError(t, err)
+		return &bth.Packet{BTH: bth.BTH{Opcode: bth.UDSendOnly, PKey: bth.DefaultPKey, DestQP: 1, PSN: 1},
+			DETH: bth.DETH{QKey: bth.GSIQKey, SrcQP: 1}, Payload: b}
+	}
+	req := &cm.REQ{LocalCommID: 0x10, ServiceID: 0x106abcd, LocalQPN: 0xA1, TransportServiceType: 0, PathMTU: 3}
+	first := w.send(0, hostA, hostB, bth.ECT0, mad(req))
+	w.send(time.Millisecond, hostA, hostB, bth.ECT0, mad(req))
+	w.send(time.Microsecond, hostB, hostA, bth.ECT0, mad(&cm.MRA{LocalCommID: 0x20, RemoteCommID: 0x10, ServiceTimeout: 20}))
+	rej := w.send(time.Microsecond, hostB, hostA, bth.ECT0, mad(&cm.REJ{RemoteCommID: 0x10, MessageRejected: cm.MsgREQ, Reason: cm.RejInvalidServiceID}))
+	lone := w.send(time.Microsecond, hostB, hostA, bth.ECT0, mad(&cm.REQ{LocalCommID: 0x30, ServiceID: 0x106abce, LocalQPN: 0xB1}))
+	w.send(time.Microsecond, hostA, hostB, bth.ECT0, mad(&cm.DREQ{LocalCommID: 0x99, RemoteCommID: 0x98}))
+	s := w.report().Summary
+	require.Len(t, s.CM, 2)
+	assert.Equal(t, analyze.CMExchange{Active: hostA, Passive: hostB, ActiveCommID: "0x00000010", ServiceID: "0x000000000106abcd", ActiveQPN: "0x0000a1",
+		REQFrame: first, REQs: 2, MRAs: 1, REJFrame: rej, REJFrom: "passive", REJReason: "invalid service ID (8)", State: "rejected"}, s.CM[0])
+	assert.Equal(t, lone, s.CM[1].REQFrame)
+	assert.Equal(t, "REQ sent", s.CM[1].State)
+	assert.Equal(t, hostB, s.CM[1].Active)
 }

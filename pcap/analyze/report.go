@@ -50,6 +50,11 @@ type Summary struct {
 	// MaxConnections addresses: how many, the shortest interval, and how
 	// many intervals were under Config.MinCNPInterval.
 	CNPPorts map[string]*CNPPort `json:"cnp_ports"`
+	// CM lists the communication-manager exchanges (rdma_cm's REQ, REP,
+	// RTU, REJ, DREQ, DREP over QP1), up to MaxConnections, in the order
+	// of their first REQ; CMNotTracked counts the REQs past that.
+	CM           []CMExchange `json:"cm"`
+	CMNotTracked int          `json:"cm_not_tracked"`
 }
 
 // CNPPort is the CNP stream one address sent.
