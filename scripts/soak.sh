@@ -3,9 +3,10 @@
 # over UDP on 127.0.0.1 and 127.0.0.2: 4 QP pairs each doing RDMA WRITE,
 # RDMA READ and SEND in turn (1 byte to 64 KiB, every byte checked), each
 # side's outgoing packets lost with probability 5%, duplicated with 2% and
-# delayed by 2 ms with 5% (reordering them). Every 10 s it logs RSS, Go
-# heap, goroutines and the traffic; at the end it checks that RSS and
-# goroutines stayed flat after the first minute (internal/cmd/soak).
+# delayed by 2 ms with 5% (reordering them). Every 10 s it logs RSS, the
+# Go heap in use and live (after a collection), goroutines and the
+# traffic; at the end it checks that RSS, the live heap and goroutines
+# stayed flat after the first minute (internal/cmd/soak, which says how).
 # Exit status 1 on a wrong byte, a failed or missing completion, or growth.
 # Not run by CI.
 #

@@ -349,3 +349,29 @@ func TestICRCDefaultOverUDP(t *testing.T) {
 		})
 	}
 }
+
+// A QP moved to RESET forgets its peer's port, and a QP that has not
+// reached RTR pins nothing.
+func TestSourcePinLifetime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := transporttest.NewPair(t, transporttest.Config{})
+		src, dst := p.A.Reg([]byte("pin")), p.B.Reg(make([]byte, 8))
+		p.B.PostRecv(1, dst)
+		p.A.PostSend(1, src)
+		p.A.WaitOK(1)
+		p.B.WaitOK(1)
+		_, pinned := p.B.QP.PeerSourcePort()
+		require.True(t, pinned)
+		require.NoError(t, p.B.QP.Modify(&qp.Attr{State: qp.IBV_QPS_RESET}, qp.IBV_QP_STATE))
+		_, pinned = p.B.QP.PeerSourcePort()
+		assert.False(t, pinned, "RESET forgets the peer")
+
+		// A's retransmissions reach a QP in RESET: nothing is pinned.
+		p.A.PostSend(2, src)
+		time.Sleep(200 * time.Millisecond)
+		synctest.Wait()
+		_, pinned = p.B.QP.PeerSourcePort()
+		assert.False(t, pinned, "a QP before RTR learns nothing")
+		assert.Zero(t, p.B.Endpoint.Stats().BadSourcePort)
+	})
+}

@@ -5,10 +5,14 @@
 // IBV_WC_SUCCESS within -op-timeout; each side's outgoing packets lost
 // with probability -loss, duplicated with -dup and delayed by -reorder-delay
 // with -reorder (which reorders them). Every -every it logs the process's
-// RSS, Go heap, goroutines and the traffic so far; at the end it checks
-// that RSS and goroutines were flat after -warmup: RSS within -rss-slack
-// (and 10%) of its value at the end of the warm-up, goroutines within 2
-// of each other (timers fire on goroutines of their own for a moment).
+// RSS, the Go heap in use, the live heap (after a forced collection),
+// goroutines and the traffic so far; at the end it checks that they were
+// flat after -warmup: RSS within -rss-slack (or 10%) of its value at the
+// end of the warm-up, the live heap within -live-slack (or 20%), and the
+// fewest goroutines seen in the last -warmup no more than 1 above the
+// fewest seen in the warm-up (a leaked goroutine stays; a timer fires on a
+// goroutine of its own for a moment, so single samples vary), and never
+// more than 8 above. -heapprofile writes a heap profile at the end.
 // Exit status 1 on a wrong byte, a failed or missing completion, or
 // growth. Not run by CI: scripts/soak.sh runs it for 10 minutes.
 package main
@@ -25,6 +29,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,7 +48,8 @@ type config struct {
 	loss, dup, reorder                 float64
 	reorderDelay                       time.Duration
 	mem                                bool
-	rssSlack                           int64
+	rssSlack, liveSlack                int64
+	heapProfile                        string
 	seed                               uint64
 }
 
@@ -61,6 +67,8 @@ func main() {
 	flag.DurationVar(&c.reorderDelay, "reorder-delay", 2*time.Millisecond, "delay of reordered packets")
 	flag.BoolVar(&c.mem, "mem", false, "use the in-memory network instead of UDP on 127.0.0.1 and 127.0.0.2")
 	flag.Int64Var(&c.rssSlack, "rss-slack", 16<<20, "RSS growth in `bytes` allowed after the warm-up (or 10%, whichever is larger)")
+	flag.Int64Var(&c.liveSlack, "live-slack", 4<<20, "live heap growth in `bytes` allowed after the warm-up (or 20%, whichever is larger)")
+	flag.StringVar(&c.heapProfile, "heapprofile", "", "write a heap profile to `file` at the end")
 	flag.Uint64Var(&c.seed, "seed", 1, "random seed")
 	flag.Parse()
 	if err := run(c); err != nil {
@@ -119,7 +127,7 @@ func run(c config) error {
 	defer tick.Stop()
 	fmt.Printf("soak: %d QP pairs, %s, loss %.3g, dup %.3g, reorder %.3g (+%v), messages 1..%d bytes, %s\n",
 		c.qps, c.duration, c.loss, c.dup, c.reorder, c.reorderDelay, c.maxSize, map[bool]string{true: "in-memory network", false: "UDP loopback"}[c.mem])
-	fmt.Println("   time    rss_MiB  heap_MiB  goroutines      WRITEs       READs       SENDs       MiB  retransmitted  dropped  duplicated  delayed")
+	fmt.Println("   time    rss_MiB  heap_MiB  live_MiB  goroutines      WRITEs       READs       SENDs       MiB  retransmitted  dropped  duplicated  delayed")
 loop:
 	for {
 		select {
@@ -135,13 +143,18 @@ loop:
 			for _, p := range pairs {
 				retr += p.a.Counters().RetransmittedPkts + p.b.Counters().RetransmittedPkts
 			}
-			fmt.Printf("%7.0fs %9.1f %9.1f %11d %11d %11d %11d %9.0f %14d %8s %11s %8s\n", s.at.Seconds(), mib(s.rss), mib(s.heap), s.goroutines,
+			fmt.Printf("%7.0fs %9.1f %9.1f %9.1f %11d %11d %11d %11d %9.0f %14d %8s %11s %8s\n", s.at.Seconds(), mib(s.rss), mib(s.heap), mib(s.live), s.goroutines,
 				st.ops[0].Load(), st.ops[1].Load(), st.ops[2].Load(), float64(st.bytes.Load())/(1<<20), retr,
 				faults.count(transport.FaultDrop), faults.count(transport.FaultDuplicate), faults.count(transport.FaultDelay))
 		}
 	}
 	wg.Wait()
 	close(errs)
+	if c.heapProfile != "" {
+		if err := writeHeapProfile(c.heapProfile); err != nil {
+			return err
+		}
+	}
 	for err := range errs {
 		return err // the first failure; the others followed from the cancel
 	}
@@ -352,15 +365,34 @@ func (p *pair) loop(ctx context.Context, rng *rand.Rand, st *stats) error {
 }
 
 type sample struct {
-	at         time.Duration
-	rss, heap  int64
-	goroutines int
+	at              time.Duration
+	rss, heap, live int64
+	goroutines      int
 }
 
+// takeSample reads RSS and the heap in use, then collects garbage and
+// reads the live heap.
 func takeSample(at time.Duration) sample {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return sample{at: at, rss: rss(), heap: int64(m.HeapInuse), goroutines: runtime.NumGoroutine()}
+	s := sample{at: at, rss: rss(), heap: int64(m.HeapInuse), goroutines: runtime.NumGoroutine()}
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	s.live = int64(m.HeapAlloc)
+	return s
+}
+
+func writeHeapProfile(name string) error {
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // rss is the process's resident set from /proc/self/status (Linux), or
@@ -389,30 +421,39 @@ func mib(b int64) float64 { return float64(b) / (1 << 20) }
 func flat(samples []sample, c config) error {
 	var base *sample
 	var after []sample
-	for i := range samples {
-		if samples[i].at <= c.warmup {
+	minFirst, minLast, maxG := int(^uint(0)>>1), int(^uint(0)>>1), 0
+	end := samples[len(samples)-1].at
+	for i, s := range samples {
+		if s.at <= c.warmup {
 			base = &samples[i]
+			minFirst = min(minFirst, s.goroutines)
 		} else {
-			after = append(after, samples[i])
+			after = append(after, s)
+			maxG = max(maxG, s.goroutines)
+		}
+		if s.at > end-c.warmup {
+			minLast = min(minLast, s.goroutines)
 		}
 	}
 	if base == nil || len(after) == 0 {
 		fmt.Printf("soak: too short to check growth (warm-up %v, %d samples)\n", c.warmup, len(samples))
 		return nil
 	}
-	maxRSS, minG, maxG := base.rss, base.goroutines, base.goroutines
+	maxRSS, maxLive := base.rss, base.live
 	for _, s := range after {
-		maxRSS = max(maxRSS, s.rss)
-		minG, maxG = min(minG, s.goroutines), max(maxG, s.goroutines)
+		maxRSS, maxLive = max(maxRSS, s.rss), max(maxLive, s.live)
 	}
-	allowed := max(c.rssSlack, base.rss/10)
-	fmt.Printf("soak: after the warm-up (%v): RSS %.1f MiB at its end, at most %.1f MiB later (+%.1f MiB, allowed +%.1f); goroutines %d..%d (%d at its end)\n",
-		c.warmup, mib(base.rss), mib(maxRSS), mib(maxRSS-base.rss), mib(allowed), minG, maxG, base.goroutines)
+	allowed, allowedLive := max(c.rssSlack, base.rss/10), max(c.liveSlack, base.live/5)
+	fmt.Printf("soak: after the warm-up (%v): RSS %.1f MiB at its end, at most %.1f MiB later (+%.1f MiB, allowed +%.1f); live heap %.1f MiB, at most %.1f MiB later (+%.1f MiB, allowed +%.1f); goroutines: fewest %d in the warm-up, fewest %d in the last %v, most %d after the warm-up\n",
+		c.warmup, mib(base.rss), mib(maxRSS), mib(maxRSS-base.rss), mib(allowed), mib(base.live), mib(maxLive), mib(maxLive-base.live), mib(allowedLive), minFirst, minLast, c.warmup, maxG)
 	if maxRSS-base.rss > allowed {
 		return fmt.Errorf("RSS grew by %.1f MiB after the warm-up", mib(maxRSS-base.rss))
 	}
-	if maxG-minG > 2 {
-		return fmt.Errorf("goroutines moved between %d and %d after the warm-up", minG, maxG)
+	if maxLive-base.live > allowedLive {
+		return fmt.Errorf("the live heap grew by %.1f MiB after the warm-up", mib(maxLive-base.live))
+	}
+	if minLast > minFirst+1 || maxG > minFirst+8 {
+		return fmt.Errorf("goroutines grew: fewest %d in the warm-up, fewest %d at the end, most %d", minFirst, minLast, maxG)
 	}
 	return nil
 }
