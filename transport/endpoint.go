@@ -65,7 +65,7 @@ const (
 	// packets are the ones dropped, and its retries run out).
 	SourceStrict SourceCheck = iota
 	// SourceAddrOnly takes an RC or UC QP's packets from its remote IP
-	// address on any UDP source port, as rxe checks (rxe_resp.c
+	// address on any UDP source port, as rxe checks (rxe_recv.c
 	// check_addr / IBTA check 9): any process on the peer's host can
 	// inject packets into the connection.
 	SourceAddrOnly
