@@ -30,6 +30,12 @@ type Remote struct {
 	Addr netip.AddrPort // its address and UDP port (port 0 means 4791)
 	QPN  uint32
 	PSN  bth.PSN
+	// SourcePort is the UDP source port the peer's QP sends from, when the
+	// exchange told it; under SourceStrict the QP then takes packets from
+	// that port only from the start. 0: learnt from the peer's first
+	// packet. None of rc_pingpong's, perftest's or rdma_cm's exchanges
+	// carries it.
+	SourcePort uint16
 }
 
 // Connect moves w from RESET or INIT through INIT, RTR and RTS towards a
@@ -64,6 +70,11 @@ func (w *QP) Connect(r Remote, localPSN bth.PSN, a ConnectAttr) error {
 		qp.IBV_QP_STATE|qp.IBV_QP_AV|qp.IBV_QP_PATH_MTU|qp.IBV_QP_DEST_QPN|qp.IBV_QP_RQ_PSN|
 			qp.IBV_QP_MAX_DEST_RD_ATOMIC|qp.IBV_QP_MIN_RNR_TIMER|qp.IBV_QP_ACCESS_FLAGS); err != nil {
 		return fmt.Errorf("cannot move the QP to RTR towards %s QPN %#x: %w", r.Addr, r.QPN, err)
+	}
+	if r.SourcePort != 0 {
+		w.ep.mu.Lock()
+		w.peerPort, w.peerPinned = r.SourcePort, w.ep.opts.Source == SourceStrict && w.q.Type() != qp.IBV_QPT_UD
+		w.ep.mu.Unlock()
 	}
 	if err := w.Modify(&qp.Attr{State: qp.IBV_QPS_RTS, SQPSN: localPSN, Timeout: a.Timeout, RetryCnt: a.RetryCnt,
 		RNRRetry: a.RNRRetry, MaxRdAtomic: a.MaxRdAtomic},

@@ -20,9 +20,14 @@ type ICRCCheck uint8
 
 // ICRC checking modes.
 const (
-	// ICRCAuto verifies on an in-memory Network, where the whole header is
-	// known, and not on UDP sockets, where the IP header is not seen and
-	// peers such as rxe put a changing IP ID on every packet.
+	// ICRCAuto (the default) verifies wherever the sender's IP header can
+	// be rebuilt: on an in-memory Network, where the whole header is
+	// known, and over UDP sockets for IPv6, whose ICRC masks every field a
+	// socket does not show (traffic class, flow label, hop limit) when the
+	// Conn is bound to one address (not "::") and the sender put no
+	// extension header in. It does not verify IPv4 over UDP sockets: the
+	// ICRC covers the IPv4 identification, which a socket does not show
+	// and peers such as rxe change on every packet.
 	ICRCAuto ICRCCheck = iota
 	// ICRCAssumeID0 verifies assuming the sender's IP header had ID 0 and
 	// DF, as Linux sends from an unconnected socket: right for roce-emu
@@ -32,10 +37,47 @@ const (
 	ICRCOff
 )
 
+// SourceCheck says how an Endpoint checks where the packets of an RC or
+// UC QP come from. UD QPs take datagrams from any address, their Q_Key
+// deciding (IBTA 9.6.1.1 check 11), whatever the mode.
+type SourceCheck uint8
+
+// Source checking modes.
+const (
+	// SourceStrict (the default) takes an RC or UC QP's packets from its
+	// remote IP address and one UDP source port only: the port
+	// Remote.SourcePort announced, or else the port of the first packet
+	// from the remote address after the QP reached RTR (re-learnt after
+	// the address vector or destination QPN changes). A CNP may also come
+	// from port 0, as ConnectX sends them (ROCEV2.md section 2), a port no
+	// unprivileged process can send from. Packets from another port are
+	// dropped before the QP sees them and counted in
+	// Stats.BadSourcePort (Stats.BadSourcePortCNP for CNPs). RoCEv2 peers
+	// keep one source port per QP: rxe and irdma take it from the QPNs and
+	// flow label (rdma_get_udp_sport, set once when the address vector is
+	// set), ConnectX from a hash of the same, Huawei hns uses the QPN
+	// itself; every RC and UC flow of the captures in ../shared/testdata
+	// has one source port for its requests, ACKs and READ responses. The
+	// check keeps another process on the peer's host (or any host that
+	// can spoof the peer's address but not guess its port) from injecting
+	// a SEND, ACK or NAK; it cannot stop a host that sees the traffic, or
+	// one that wins the race to the first packet (then the real peer's
+	// packets are the ones dropped, and its retries run out).
+	SourceStrict SourceCheck = iota
+	// SourceAddrOnly takes an RC or UC QP's packets from its remote IP
+	// address on any UDP source port, as rxe checks (rxe_recv.c
+	// check_addr / IBTA check 9): any process on the peer's host can
+	// inject packets into the connection.
+	SourceAddrOnly
+)
+
 // Options configure an Endpoint.
 type Options struct {
 	// ICRC chooses when received ICRCs are verified.
 	ICRC ICRCCheck
+	// Source chooses how RC and UC packets' source is checked; the zero
+	// value, SourceStrict, pins each QP's peer to one UDP source port.
+	Source SourceCheck
 	// Logger receives events (QP errors, dropped packets); default: discard.
 	Logger *slog.Logger
 	// Clock is what the Endpoint reads as now and arms its timer with;
@@ -54,14 +96,19 @@ type Options struct {
 // WithFaults around the Conn, after the rules acted on incoming datagrams
 // and before they act on outgoing ones.
 type Stats struct {
-	Received   uint64 `json:"rx_datagrams"`
-	Sent       uint64 `json:"tx_datagrams"`
-	Malformed  uint64 `json:"rx_malformed"`  // did not decode as RoCEv2
-	BadICRC    uint64 `json:"rx_bad_icrc"`   // ICRC did not verify (dropped silently, as rxe does)
-	UnknownQP  uint64 `json:"rx_unknown_qp"` // no QP with that number
-	BadSource  uint64 `json:"rx_bad_source"` // not from the QP's remote address (rxe check 9)
-	CNPs       uint64 `json:"rx_cnps"`       // CNPs received
-	SendErrors uint64 `json:"tx_errors"`     // datagrams the Conn refused
+	Received  uint64 `json:"rx_datagrams"`
+	Sent      uint64 `json:"tx_datagrams"`
+	Malformed uint64 `json:"rx_malformed"`  // did not decode as RoCEv2
+	BadICRC   uint64 `json:"rx_bad_icrc"`   // ICRC did not verify (dropped silently, as rxe does)
+	UnknownQP uint64 `json:"rx_unknown_qp"` // no QP with that number
+	BadSource uint64 `json:"rx_bad_source"` // not from the QP's remote IP address (rxe check 9)
+	// BadSourcePort and BadSourcePortCNP count packets (CNPs) from the
+	// QP's remote IP address but another UDP source port than its peer's,
+	// dropped under SourceStrict.
+	BadSourcePort    uint64 `json:"rx_bad_source_port"`
+	BadSourcePortCNP uint64 `json:"rx_bad_source_port_cnp"`
+	CNPs             uint64 `json:"rx_cnps"`   // CNPs received (before the source checks)
+	SendErrors       uint64 `json:"tx_errors"` // datagrams the Conn refused
 }
 
 // Endpoint runs queue pairs on one Conn: it reads datagrams, hands them to
@@ -175,7 +222,7 @@ func (ep *Endpoint) receiveLocked(now time.Time, d *Datagram) {
 		ep.stats.Malformed++
 		return
 	}
-	if ep.checkICRC() {
+	if ep.checkICRC(d) {
 		enc := bth.Encap{Src: d.Src.Addr(), Dst: d.Dst.Addr(), SrcPort: d.Src.Port(), DstPort: d.Dst.Port(),
 			TrafficClass: d.TOS, HopLimit: d.TTL}
 		if _, _, err := enc.VerifyICRC(d.Data); err != nil {
@@ -198,20 +245,62 @@ func (ep *Endpoint) receiveLocked(now time.Time, d *Datagram) {
 			ep.stats.BadSource++
 			return
 		}
+		if ep.opts.Source == SourceStrict && !q.fromPeerPort(d.Src, p.BTH.Opcode == bth.CNP) {
+			return
+		}
 	}
 	ri := qp.RecvInfo{Src: d.Src, Dst: d.Dst, TOS: d.TOS, HopLimit: d.TTL}
 	q.q.HandleReceived(now, p, &ri)
 }
 
-func (ep *Endpoint) checkICRC() bool {
+// checkICRC says whether d's ICRC is verified (see ICRCCheck).
+func (ep *Endpoint) checkICRC(d *Datagram) bool {
 	switch ep.opts.ICRC {
 	case ICRCAssumeID0:
 		return true
 	case ICRCOff:
 		return false
 	}
-	return ep.onNetwork
+	if ep.onNetwork {
+		return true
+	}
+	// IPv6 over a socket: every header field the ICRC covers is known,
+	// provided the destination is the one address the Conn is bound to.
+	src, dst := d.Src.Addr(), d.Dst.Addr()
+	return !src.Unmap().Is4() && dst.Is6() && !dst.Is4In6() && !dst.IsUnspecified()
+}
 
+// fromPeerPort says whether a packet from src (the QP's remote address)
+// may reach the QP under SourceStrict, pinning the peer's UDP source port
+// on the first one that may; it counts and logs what it refuses (ep.mu
+// held).
+func (w *QP) fromPeerPort(src netip.AddrPort, cnp bool) bool {
+	port := src.Port()
+	if cnp && port == 0 {
+		return true // ConnectX's CNPs; no unprivileged socket sends from 0
+	}
+	if !w.peerPinned {
+		switch w.q.State() {
+		case qp.IBV_QPS_RTR, qp.IBV_QPS_RTS, qp.IBV_QPS_SQD, qp.IBV_QPS_SQE:
+			w.peerPort, w.peerPinned = port, true
+			return true
+		}
+		return true // the QP takes no packet in this state; nothing to learn from
+	}
+	if port == w.peerPort {
+		return true
+	}
+	if cnp {
+		w.ep.stats.BadSourcePortCNP++
+	} else {
+		w.ep.stats.BadSourcePort++
+	}
+	if !w.portWarned {
+		w.portWarned = true
+		w.ep.log.Warn("dropped packets from the peer's address on another UDP source port than its QP's (strict source check)",
+			"qpn", w.q.QPN, "from", src, "peer_port", w.peerPort)
+	}
+	return false
 }
 
 // flushLocked sends everything the QPs have to send, signals CQs that got
@@ -446,6 +535,11 @@ type QP struct {
 	src, dst netip.AddrPort // of the datagrams, from encap
 	cnpTOS   uint8
 	udSport  uint16 // UD: the one UDP source port, once chosen
+	// peerPort is the UDP source port the peer sends from, once pinned
+	// (SourceStrict); portWarned: a drop for another port was logged.
+	peerPort   uint16
+	peerPinned bool
+	portWarned bool
 }
 
 // NewQP creates a QP in RESET with the device's next free QPN (from 0x11
@@ -513,6 +607,15 @@ func (w *QP) CCLowestRate() cc.Rate {
 	return w.q.CCLowestRate()
 }
 
+// PeerSourcePort returns the UDP source port the QP takes its peer's
+// packets from under SourceStrict, and false while none is pinned (before
+// the first packet, and always for UD QPs and under SourceAddrOnly).
+func (w *QP) PeerSourcePort() (uint16, bool) {
+	w.ep.mu.Lock()
+	defer w.ep.mu.Unlock()
+	return w.peerPort, w.peerPinned
+}
+
 // SourcePort returns the UDP source port the QP sends from.
 func (w *QP) SourcePort() uint16 {
 	w.ep.mu.Lock()
@@ -542,6 +645,10 @@ func (w *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
 	}
 	if mask&qp.IBV_QP_AV != 0 || mask&qp.IBV_QP_DEST_QPN != 0 {
 		w.setEncap(w.q.Remote())
+	}
+	if mask&(qp.IBV_QP_AV|qp.IBV_QP_DEST_QPN) != 0 || w.q.State() == qp.IBV_QPS_RESET {
+		// Another peer, or none: its source port is learnt again.
+		w.peerPort, w.peerPinned, w.portWarned = 0, false, false
 	}
 	w.ep.flushLocked(w.ep.clock.Now())
 	return nil

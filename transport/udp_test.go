@@ -119,6 +119,50 @@ func TestUDPDropsForeignSource(t *testing.T) {
 	assert.Equal(t, uint64(0), s[1].qp.Counters().ReceivedPackets)
 }
 
+// Over real UDP sockets, strict source (the default) drops a SEND from the
+// requester's address but another UDP port, and the real SEND lands.
+func TestUDPStrictSourcePort(t *testing.T) {
+	s := connect(t, udpPair(t), defaultPair())
+	a, b := s[0], s[1]
+	src := []byte("real message")
+	dst := make([]byte, 64)
+	smr, err := a.pd.RegMR(src, qp.IBV_ACCESS_LOCAL_WRITE)
+	require.NoError(t, err)
+	dmr, err := b.pd.RegMR(dst, qp.IBV_ACCESS_LOCAL_WRITE)
+	require.NoError(t, err)
+	recv := func(id uint64) {
+		require.NoError(t, b.qp.PostRecv(qp.RecvWR{WRID: id, SGEs: []qp.SGE{dmr.SGE(0, len(dst))}}))
+	}
+	recv(1)
+	require.NoError(t, a.qp.PostSend(qp.SendWR{WRID: 1, Opcode: qp.IBV_WR_SEND, SGEs: []qp.SGE{smr.SGE(0, len(src))}}))
+	wait(t, a.cq, 1)
+	wait(t, b.cq, 1)
+	port, pinned := b.qp.PeerSourcePort()
+	require.True(t, pinned)
+	require.Equal(t, a.qp.SourcePort(), port)
+
+	// Another socket on A's address sends B the SEND A sends next.
+	f, err := ListenUDP(netip.MustParseAddrPort("127.0.0.1:0"), UDPOptions{EphemeralPort: true})
+	require.NoError(t, err)
+	defer f.Close()
+	p := bth.Packet{BTH: bth.BTH{Opcode: bth.RCSendOnly, PKey: bth.DefaultPKey, DestQP: b.qp.QPN(), PSN: 0x1001}, Payload: []byte("forged")}
+	e := bth.Encap{Src: f.LocalAddr().Addr(), Dst: b.ep.LocalAddr().Addr(), SrcPort: f.LocalAddr().Port(), DstPort: b.ep.LocalAddr().Port()}
+	data, err := p.Append(nil, &e)
+	require.NoError(t, err)
+	recv(2)
+	_, err = f.WriteBatch([]Datagram{{Data: data, Src: f.LocalAddr(), Dst: b.ep.LocalAddr()}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return b.ep.Stats().BadSourcePort == 1 }, 5*time.Second, time.Millisecond)
+	b.ep.Sync()
+	require.NoError(t, a.qp.PostSend(qp.SendWR{WRID: 2, Opcode: qp.IBV_WR_SEND, SGEs: []qp.SGE{smr.SGE(0, len(src))}}))
+	wait(t, a.cq, 1)
+	wc := wait(t, b.cq, 1)
+	require.Equal(t, qp.IBV_WC_SUCCESS, wc[0].Status)
+	b.ep.Sync()
+	assert.Equal(t, src, dst[:len(src)])
+	assert.Zero(t, b.qp.Counters().DuplicateRequest)
+}
+
 // The UDP Conn over IPv6 (two endpoints on ::1, told apart by port):
 // IPv6 headers in the ICRC, traffic class in and out.
 func TestUDPIPv6(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/roce-emu/roce-emu/bth"
 	"github.com/roce-emu/roce-emu/cc"
+	"github.com/roce-emu/roce-emu/oob"
 	"github.com/roce-emu/roce-emu/pcap"
 	"github.com/roce-emu/roce-emu/qp"
 	"github.com/roce-emu/roce-emu/transport"
@@ -31,6 +32,11 @@ type netFlags struct {
 	seed    uint64
 	icrc    bool
 	csum    bool
+	// strictSource pins each RC/UC QP's peer to one UDP source port
+	// (transport.SourceStrict); allowGID lets a peer announce a GID other
+	// than the address its exchange connection came from.
+	strictSource bool
+	allowGID     bool
 	// stderr is where the Endpoint's warnings go (the flag set's output).
 	stderr io.Writer
 }
@@ -49,7 +55,27 @@ func (n *netFlags) register(fs *flag.FlagSet, defaultBind string) {
 	fs.Var(&n.faults, "fault", "inject a fault, as ACTION[:KEY=VALUE,...] (repeatable); e.g. drop:dir=out,opcode=RC_RDMA_WRITE_MIDDLE,nth=2 (see README)")
 	fs.Uint64Var(&n.seed, "seed", 1, "random `seed` for --loss and probabilistic faults")
 	fs.BoolVar(&n.csum, "udp-checksum", false, "send a computed UDP checksum instead of 0 (rxe sends 0, over IPv4 and IPv6; roce-emu accepts both)")
-	fs.BoolVar(&n.icrc, "verify-icrc", false, "check the ICRC of received packets assuming the sender's IP ID is 0 (true of roce-emu peers, not of rxe)")
+	fs.BoolVar(&n.icrc, "verify-icrc", false, "check the ICRC of received IPv4 packets assuming the sender's IP ID is 0 (true of roce-emu peers, not of rxe); IPv6 packets are always checked")
+	fs.BoolVar(&n.strictSource, "strict-source", true, "take a QP's packets from the UDP source port of the peer's first packet only, counting and dropping the rest (--strict-source=false: any port of the peer's address, as rxe)")
+}
+
+// registerGIDCheck registers --allow-gid-mismatch, for the commands whose
+// exchange announces GIDs (pingpong and perftest).
+func (n *netFlags) registerGIDCheck(fs *flag.FlagSet) {
+	fs.BoolVar(&n.allowGID, "allow-gid-mismatch", false, "let the peer announce a GID other than the address its exchange connection came from (a multi-homed peer, or RoCE over IPv6 with the exchange over IPv4)")
+}
+
+// checkPeerGID refuses a GID that is not the address the exchange's
+// connection came from (oob.CheckGID), unless --allow-gid-mismatch.
+func (n *netFlags) checkPeerGID(gid, from netip.Addr, qpn uint32) error {
+	if n.allowGID {
+		return nil
+	}
+	if err := oob.CheckGID(gid, from, qpn); err != nil {
+		return fmt.Errorf("%v; refused, since a peer could so aim this side's RoCE traffic (READ responses, say) at a third host. If %s is the peer's own address (a multi-homed host, or RoCE over IPv6 with the exchange over IPv4), run with --allow-gid-mismatch",
+			err, oob.GIDString(gid))
+	}
+	return nil
 }
 
 // check validates the flags (a bad value is a usage error: exit 2).
@@ -106,13 +132,7 @@ func (n *netFlags) openEndpoint() (*transport.Endpoint, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("cannot listen on %s UDP port %d: %v", addr, n.udpPort, err)
 	}
-	opts := transport.Options{}
-	if n.stderr != nil {
-		opts.Logger = slog.New(&warnOnce{w: n.stderr})
-	}
-	if n.icrc {
-		opts.ICRC = transport.ICRCAssumeID0
-	}
+	opts := n.endpointOptions()
 	var w *pcap.Writer
 	if n.pcap != "" {
 		w, err = pcap.Create(n.pcap)
@@ -135,6 +155,21 @@ func (n *netFlags) openEndpoint() (*transport.Endpoint, func(), error) {
 		}
 	}
 	return ep, closeAll, nil
+}
+
+// endpointOptions are the Endpoint's options the flags ask for.
+func (n *netFlags) endpointOptions() transport.Options {
+	opts := transport.Options{}
+	if n.stderr != nil {
+		opts.Logger = slog.New(&warnOnce{w: n.stderr})
+	}
+	if n.icrc {
+		opts.ICRC = transport.ICRCAssumeID0
+	}
+	if !n.strictSource {
+		opts.Source = transport.SourceAddrOnly
+	}
+	return opts
 }
 
 // randomPSN draws a starting PSN as rc_pingpong does (lrand48() & 0xffffff).
@@ -181,6 +216,28 @@ func describeCounters(c qp.Counters) string {
 	return fmt.Sprintf("sent %d, received %d, retransmitted %d, seq NAKs received %d, implied NAKs %d, ACK timeouts %d, RNR NAKs received %d / sent %d, out-of-sequence %d, duplicates %d",
 		c.SentPackets, c.ReceivedPackets, c.RetransmittedPkts, c.PacketSeqErr, c.ImpliedNakSeqErr, c.LocalAckTimeoutErr,
 		c.RNRNakRetryErr, c.SendRNRErr, c.OutOfSequence, c.DuplicateRequest)
+}
+
+// describeDrops gives the Endpoint's drops by cause, or "" when it
+// dropped nothing.
+func describeDrops(st transport.Stats) string {
+	var parts []string
+	for _, c := range []struct {
+		n    uint64
+		what string
+	}{
+		{st.BadSource, "from another IP address than the QP's peer"},
+		{st.BadSourcePort, "from another UDP source port than the QP's peer (strict source)"},
+		{st.BadSourcePortCNP, "CNPs from another UDP source port than the QP's peer (strict source)"},
+		{st.BadICRC, "bad ICRC"},
+		{st.UnknownQP, "to no QP"},
+		{st.Malformed, "malformed"},
+	} {
+		if c.n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", c.n, c.what))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func since(t time.Time) float64 { return time.Since(t).Seconds() }

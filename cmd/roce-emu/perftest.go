@@ -135,7 +135,8 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	defer cancel()
 
 	var s *oob.Perftest
-	var pcm *perftestCM // -R or -z: the exchange over rdma_cm
+	var pcm *perftestCM   // -R or -z: the exchange over rdma_cm
+	var peerIP netip.Addr // where the exchange came from: the GIDs are checked against it
 	if f.rdmaCM || f.rdmaCMz {
 		if pcm, err = perftestCMConnect(ctx, ep, f, host, out); err != nil {
 			return err
@@ -145,6 +146,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 				pcm.close(ctx)
 			}
 		}()
+		peerIP = pcm.peer
 		s = oob.NewPerftestCMServer(pcm)
 		if client {
 			s = oob.NewPerftestCMClient(pcm)
@@ -155,6 +157,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 			return err
 		}
 		defer conn.Close()
+		peerIP = oob.RemoteIP(conn)
 		s = oob.NewPerftestServer(conn)
 		if client {
 			s = oob.NewPerftestClient(conn)
@@ -237,6 +240,9 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		pq.local, pq.remote = locals[i], remotes[i]
 		if connect != nil {
 			continue // rdma_cm connected it
+		}
+		if err := f.checkPeerGID(pq.remote.GID, peerIP, pq.remote.QPN); err != nil {
+			return fmt.Errorf("QP %d: %w", i, err)
 		}
 		if err := perftestConnect(pq.q, pq.local, pq.remote, curMTU, uint16(f.udpPort), f.qpTimeout, r.access); err != nil {
 			return fmt.Errorf("QP %d: %w", i, err)
@@ -335,6 +341,9 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		sum.RxAtomicRequests += c.RxAtomicRequests
 	}
 	fmt.Fprintf(out, " counters: %s\n", describeCounters(sum))
+	if d := describeDrops(ep.Stats()); d != "" {
+		fmt.Fprintf(out, " dropped: %s\n", d)
+	}
 	fmt.Fprintf(out, " requests served: %d RDMA WRITE, %d RDMA READ, %d SEND, %d atomic\n", sum.RxWriteRequests, sum.RxReadRequests, sum.RxSendRequests, sum.RxAtomicRequests)
 	if pcm != nil {
 		err := pcm.close(ctx)

@@ -53,6 +53,7 @@ const srqPingpongQPs = 16
 
 func (f *pingpongFlags) register(fs *flag.FlagSet) {
 	f.netFlags.register(fs, "127.0.0.1")
+	f.netFlags.registerGIDCheck(fs)
 	fs.IntVar(&f.port, "p", 18515, "TCP `port` of the address exchange")
 	fs.IntVar(&f.size, "s", 4096, "message `size` in bytes (--connection UD: default 1024, at most the port MTU, as ibv_ud_pingpong)")
 	fs.IntVar(&f.iters, "n", 1000, "number of exchanges (--srq: in all, over every QP, as ibv_srq_pingpong counts them)")
@@ -240,6 +241,8 @@ type pingpongRun struct {
 	// ahs and rqpns: UD, where each send goes.
 	ahs   []*qp.AddressVector
 	rqpns []uint32
+	// peer is the address the exchange's TCP connection came from.
+	peer netip.Addr
 }
 
 func pingpong(mode, host string, f *pingpongFlags, out io.Writer) error {
@@ -290,6 +293,7 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) error {
 		return err
 	}
 	defer conn.Close()
+	r.peer = oob.RemoteIP(conn)
 	var remote []oob.Dest
 	if f.srq {
 		remote, err = r.exchangeSRQ(ctx, conn, mode == "client", mtu)
@@ -320,6 +324,9 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) error {
 	// retransmission) is handled, and may touch the buffer, only under it.
 	ep.Locked(func() { r.checkData(mode, out) })
 	fmt.Fprintf(out, "counters: %s\n", describeCounters(r.counters()))
+	if d := describeDrops(ep.Stats()); d != "" {
+		fmt.Fprintf(out, "dropped: %s\n", d)
+	}
 	return nil
 }
 
@@ -406,6 +413,9 @@ func (r *pingpongRun) connect(i int, d oob.Dest, mtu qp.MTU) error {
 		// The programs send a zero GID without -g; on RoCE an address
 		// (and so a GID) is needed.
 		return fmt.Errorf("the peer sent no GID for QPN %#x: run %s with -g (on rxe, 1 for its IPv4 address)", d.QPN, r.f.program())
+	}
+	if err := r.f.checkPeerGID(d.GID, r.peer, d.QPN); err != nil {
+		return err
 	}
 	q, local := r.qps[i], r.local[i]
 	to := netip.AddrPortFrom(gidAddr(d.GID, local.GID), uint16(r.f.udpPort))

@@ -167,6 +167,9 @@ func (f *rpingFlags) run() error {
 		f.debugf("cm counters: MADs sent %d, received %d, retransmits %d, duplicate REQs %d, duplicate REPs %d, comm established %d, rejects sent %d, received %d, dropped %d\n",
 			c.MADsSent, c.MADsReceived, c.Retransmits, c.DuplicateREQs, c.DuplicateREPs, c.CommEstablished, c.RejectsSent, c.RejectsReceived,
 			c.DropMalformed+c.DropUnknownAttr+c.DropUnknownConn+c.DropBadState+c.DropBadQPN+c.DropQueueFull)
+		if d := describeDrops(ep.Stats()); d != "" {
+			f.debugf("dropped: %s\n", d)
+		}
 	}()
 
 	pd := ep.NewPD()

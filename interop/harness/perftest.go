@@ -281,7 +281,11 @@ func (h *harness) perftest(c perftestCase, ourClient bool, guestMTU, ourMTU int,
 		args = append(args, "--fault", fault.spec)
 	}
 	// perftest's TCP exchange stays on IPv4; the GID (-x) and roce-emu's
-	// --bind choose the family RoCEv2 runs on.
+	// --bind choose the family RoCEv2 runs on. Over IPv6 the GIDs are
+	// then not the exchange's addresses: roce-emu is told to allow it.
+	if h.v6 {
+		args = append(args, "--allow-gid-mismatch")
+	}
 	guestCmd := fmt.Sprintf("timeout %d %s -d rxe0 -x %d %s", limit, c.program(), h.gid(), sn)
 	type res struct {
 		out string

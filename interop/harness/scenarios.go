@@ -248,6 +248,11 @@ func (h *harness) pingpongProg(prog pingpongProg, ourClient bool, mtu, size, ite
 	defer cancel()
 	n, s, m := strconv.Itoa(iters), strconv.Itoa(size), strconv.Itoa(mtu)
 	args := append([]string{"--bind", h.hostRoCE(), "-n", n, "-s", s, "--timeout", "90s"}, prog.ours...)
+	if h.v6 {
+		// roce-emu's client reaches the guest's TCP port over IPv4 while
+		// the guest announces its IPv6 GID: one host, two addresses.
+		args = append(args, "--allow-gid-mismatch")
+	}
 	guestCmd := prog.name + " -d rxe0 -g " + strconv.Itoa(h.gid()) + " -n " + n + " -s " + s
 	if !prog.noMTU {
 		args = append(args, "-m", m)
