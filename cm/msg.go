@@ -334,14 +334,16 @@ func (r *REJ) AppendData(b []byte) ([]byte, error) {
 	return b, nil
 }
 
-// DecodeData reads the 232 data bytes. An ARI length over 72 is kept as
-// sent; ARIBytes clamps it.
+// DecodeData reads the 232 data bytes. An ARI length over 72 (the 7-bit
+// field can say up to 127; the ARI holds 72 bytes) is read as 72: all the
+// ARI the message carries. Linux (cm.c) hands the length on unchecked;
+// reading it as 72 keeps every REJ that decodes one that re-encodes.
 func (r *REJ) DecodeData(d []byte) error {
 	if err := needData(d, AttrREJ); err != nil {
 		return err
 	}
 	r.LocalCommID, r.RemoteCommID = binary.BigEndian.Uint32(d[0:]), binary.BigEndian.Uint32(d[4:])
-	r.MessageRejected, r.ARILength = d[8]>>6, d[9]>>1
+	r.MessageRejected, r.ARILength = d[8]>>6, min(d[9]>>1, REJARILen)
 	r.Reason = RejectReason(binary.BigEndian.Uint16(d[10:]))
 	copy(r.ARI[:], d[12:])
 	copy(r.PrivateData[:], d[84:])
