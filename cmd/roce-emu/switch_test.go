@@ -149,6 +149,8 @@ func TestSwitchBadFlags(t *testing.T) {
 		{[]string{"--receiver", "127.0.0.2:4791", "--link", "5001=127.0.0.1:4791", "--rate", "fast"}, "--rate"},
 		{[]string{"--receiver", "127.0.0.2:4791", "--link", "5001=127.0.0.1:4791", "--addr", "switch"}, "--addr"},
 		{[]string{"--receiver", "127.0.0.2:4791", "--link", "5001=127.0.0.1:4791", "--kmin", "9000", "--kmax", "100"}, "roce-emu switch:"},
+		{[]string{"--receiver", "127.0.0.2:4791", "--receiver", "127.0.0.2:4792", "--link", "5001=127.0.0.1:4791"}, "2 --receiver for 1 --link"},
+		{[]string{"--receiver", "127.0.0.2", "--link", "5001=127.0.0.1:4791"}, "--receiver \"127.0.0.2\""},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := runSwitch(tc.args, &stdout, &stderr)
