@@ -106,7 +106,7 @@ func (c *ccFlags) describe() string {
 	case c.dcqcn:
 		s = append(s, fmt.Sprintf("DCQCN %s at %v", c.profile, c.p.LineRate))
 	default:
-		s = append(s, "no reaction point (--dcqcn)")
+		s = append(s, "no reaction point (add --dcqcn)")
 	}
 	if c.cnp {
 		per := "per QP"
