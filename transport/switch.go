@@ -49,7 +49,7 @@ type SwitchConfig struct {
 	// Egress for every port.
 	Receivers []netip.AddrPort
 	Queue     cc.QueueConfig
-	Seed    uint64
+	Seed      uint64
 	// MaxHeld bounds the datagrams PFC holds (default 100000); beyond it
 	// they are dropped and counted.
 	MaxHeld int
