@@ -118,7 +118,7 @@ func TestIncastRecipe(t *testing.T) {
 	var servers, senders []run
 	for i := range 2 {
 		servers = append(servers, start([]string{"--bind", recvAddr, "--udp-port", strconv.Itoa(udpRecv[i]), "-p", tcp[i],
-			"--roce-via", via(i), "--profile", "paper", "-n", "100", "--timeout", "60s"}))
+			"--roce-via", via(i), "--profile", "paper", "-m", "4096", "-n", "100", "--timeout", "60s"}))
 	}
 	for i, s := range servers {
 		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(s.out.String(), "Waiting for client"); {
@@ -129,7 +129,7 @@ func TestIncastRecipe(t *testing.T) {
 	// Shells 3 and 4: the senders.
 	for i := range 2 {
 		senders = append(senders, start([]string{"--bind", senderAddrs[i], "--udp-port", strconv.Itoa(udpSend[i]), "-p", tcp[i],
-			"--roce-via", via(i), "--dcqcn", "--profile", "paper", "--line-rate", "200Mbps", "-n", "100", "--timeout", "60s", recvAddr}))
+			"--roce-via", via(i), "--dcqcn", "--profile", "paper", "--line-rate", "200Mbps", "-m", "4096", "-u", "18", "-n", "100", "--timeout", "60s", recvAddr}))
 	}
 	for i, r := range append(append([]run{}, senders...), servers...) {
 		select {
@@ -153,6 +153,18 @@ func TestIncastRecipe(t *testing.T) {
 	t.Logf("switch: %+v", st)
 
 	var recv, send ccPrinted
+	counters := regexp.MustCompile(` counters: sent \d+, received \d+, retransmitted (\d+).*out-of-sequence (\d+), duplicates (\d+)`)
+	for i, r := range append(append([]run{}, senders...), servers...) {
+		m := counters.FindStringSubmatch(r.out.String())
+		require.NotNil(t, m, "run %d: %s", i, r.out.String())
+		t.Logf("run %d (senders first): retransmitted %s, out-of-sequence %s, duplicates %s", i, m[1], m[2], m[3])
+	}
+	// A packet resent after the servers are gone would be marked and not
+	// seen: with -u 18 nothing is resent unless lost, and nothing is lost.
+	for i, r := range senders {
+		m := counters.FindStringSubmatch(r.out.String())
+		assert.Equal(t, "0", m[1], "sender %d resent nothing", i)
+	}
 	for i, s := range servers {
 		c := parseCCLine(t, s.out.String())
 		t.Logf("server %d: %+v", i, c)
@@ -200,4 +212,37 @@ func TestCCFlagsRefused(t *testing.T) {
 		assert.Equal(t, 2, code, "%v", tc.args)
 		assert.Contains(t, stderr.String(), tc.want, "%v", tc.args)
 	}
+}
+
+// --roce-via on the pingpong commands: server and client on different UDP
+// ports, each told by --roce-via where the other's RoCEv2 packets go
+// (without it each would send to the peer's address at its own
+// --udp-port, where nothing listens). Both run DCQCN's reaction point and
+// say so.
+func TestPingpongRoCEVia(t *testing.T) {
+	tcp := freeTCPPort(t)
+	us, uc := freeUDPPortOn(t, "127.0.0.2"), freeUDPPortOn(t, "127.0.0.1")
+	sout, serr := &lockedBuffer{}, &lockedBuffer{}
+	sdone := make(chan int, 1)
+	go func() {
+		sdone <- runServer([]string{"--bind", "127.0.0.2", "--udp-port", strconv.Itoa(int(us)), "-p", tcp, "-n", "50", "--timeout", "20s",
+			"--roce-via", fmt.Sprintf("127.0.0.1:%d", uc), "--dcqcn", "--cnp=false"}, sout, serr)
+	}()
+	var cout, cerr bytes.Buffer
+	ccode := 0
+	for try := 0; try < 50; try++ { // the server may not be listening yet
+		cout.Reset()
+		cerr.Reset()
+		ccode = runClient([]string{"--bind", "127.0.0.1", "--udp-port", strconv.Itoa(int(uc)), "-p", tcp, "-n", "50", "--timeout", "20s",
+			"--roce-via", fmt.Sprintf("127.0.0.2:%d", us), "--dcqcn", "--profile", "paper", "127.0.0.1"}, &cout, &cerr)
+		if ccode == 0 || !strings.Contains(cerr.String(), "cannot reach") {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.Equal(t, 0, ccode, "client: %s", cerr.String())
+	require.Equal(t, 0, <-sdone, "server: %s", serr.String())
+	assert.Contains(t, cout.String(), "50 iters in ")
+	assert.Contains(t, cout.String(), fmt.Sprintf("congestion (DCQCN paper at 10Gb/s, CNPs at most one per 50µs per QP, RoCEv2 via 127.0.0.2:%d): CE seen 0", us))
+	assert.Contains(t, sout.String(), fmt.Sprintf("congestion (DCQCN mlx5 at 10Gb/s, no CNPs (--cnp=false), RoCEv2 via 127.0.0.1:%d): CE seen 0", uc))
 }
