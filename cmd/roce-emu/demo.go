@@ -171,7 +171,8 @@ func demo(a, b string, port uint16, pcapFile string, pcapLimit int64, loss float
 		A.ep.LocalAddr().Addr(), A.qp.QPN(), B.ep.LocalAddr().Addr(), B.qp.QPN(), port, mtu.Bytes())
 	fmt.Fprintf(out, "\n%-6s %-16s %8s %5s %10s %9s %8s %8s %8s %8s  %s\n", "loss", "operation", "bytes", "msgs", "time", "Gb/s", "retrans", "seqNAK", "timeout", "implied", "data")
 	totalMsgs, totalBytes := 0, 0
-	for _, l := range []float64{0, loss} {
+	for round, l := range []float64{0, loss} {
+		bounded.startRound(round)
 		if l > 0 {
 			faults.SetRules(append([]*transport.FaultRule{transport.LossRule(l)}, rules...)...)
 		} else {
@@ -376,20 +377,32 @@ data       what was checked before the row was printed: every byte, source again
 `, loss)
 }
 
-// boundedCapture keeps the demo's capture under a size: events go to the
-// capture until the next record would take the file past limit bytes
-// (0: no limit); then the capture stops and the rest are counted.
+// boundedCapture keeps the demo's capture under a size, half of it for
+// each round so that the lossy round's NAKs and resends are in it too:
+// events go to the capture until the next record would take the file past
+// the round's share of limit bytes (0: no limit); then the round's capture
+// stops and the rest of its packets are counted.
 type boundedCapture struct {
 	limit   int64
+	end     atomic.Int64 // the current round's end: the file may grow to it
+	stopped atomic.Bool  // the current round's capture stopped
 	size    atomic.Int64 // bytes of the file so far, its header included
 	written atomic.Uint64
 	skipped atomic.Uint64
-	noted   bool // noteStop said so (the demo's goroutine only)
+	noted   bool // noteStop said so this round (the demo's goroutine only)
 }
 
 // pcapFileHeader and pcapRecordHeader are the sizes of libpcap's file and
 // record headers; ethernetHeader the frames' link header.
 const pcapFileHeader, pcapRecordHeader, ethernetHeader = 24, 16, 14
+
+// startRound gives round (0 the clean one, 1 the lossy one) its half of
+// the limit, and what the round before left unused.
+func (b *boundedCapture) startRound(round int) {
+	b.end.Store(b.limit * int64(round+1) / 2)
+	b.stopped.Store(false)
+	b.noted = false
+}
 
 func (b *boundedCapture) observer(capture transport.Observer) transport.Observer {
 	b.size.Store(pcapFileHeader)
@@ -399,7 +412,8 @@ func (b *boundedCapture) observer(capture transport.Observer) transport.Observer
 			ip = 40
 		}
 		n := int64(pcapRecordHeader + ethernetHeader + ip + 8 + len(e.Datagram.Data))
-		if b.skipped.Load() > 0 || (b.limit > 0 && b.size.Load()+n > b.limit) {
+		if b.stopped.Load() || (b.limit > 0 && b.size.Load()+n > b.end.Load()) {
+			b.stopped.Store(true)
 			b.skipped.Add(1)
 			return
 		}
@@ -409,14 +423,15 @@ func (b *boundedCapture) observer(capture transport.Observer) transport.Observer
 	}
 }
 
-// noteStop prints, under the table row during which the capture
+// noteStop prints, under the table row during which the round's capture
 // stopped, that it did.
 func (b *boundedCapture) noteStop(out io.Writer) {
-	if b.noted || b.skipped.Load() == 0 {
+	if b.noted || !b.stopped.Load() {
 		return
 	}
 	b.noted = true
-	fmt.Fprintf(out, "       ^ the capture stopped at its %d MiB limit during this row (--pcap-limit; 0 for none)\n", b.limit>>20)
+	fmt.Fprintf(out, "       ^ the capture of this round stopped at %.1f MiB during this row (--pcap-limit %d MiB, half per round; 0 for none)\n",
+		float64(b.end.Load())/(1<<20), b.limit>>20)
 }
 
 // describe says how much of the run the capture holds.
@@ -425,7 +440,7 @@ func (b *boundedCapture) describe() string {
 	w, s := b.written.Load(), b.skipped.Load()
 	switch {
 	case s > 0:
-		return fmt.Sprintf("The capture stopped at its %s limit (--pcap-limit; 0 for none): it holds the first %d of the %d packets\nA's socket saw (%s); the rest of the run is not in it.",
+		return fmt.Sprintf("The capture stopped at its %s limit (--pcap-limit, half for each round; 0 for none): it holds %d of the %d packets\nA's socket saw (%s), each round's first ones; the rest of each round is not in it.",
 			mib(b.limit), w, w+s, mib(b.size.Load()))
 	case b.limit > 0:
 		return fmt.Sprintf("It holds all %d packets (%s, under its %s limit, --pcap-limit).", w, mib(b.size.Load()), mib(b.limit))

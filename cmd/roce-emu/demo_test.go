@@ -87,8 +87,12 @@ func TestDemoCaptureLimit(t *testing.T) {
 	require.NoError(t, err)
 	assert.LessOrEqual(t, st.Size(), int64(1<<20), "the file keeps to the limit")
 	assert.Greater(t, st.Size(), int64(1<<20)-10000, "it stops at the limit, not before")
-	assert.Equal(t, 1, strings.Count(s, "^ the capture stopped at its 1 MiB limit during this row (--pcap-limit; 0 for none)"))
-	m := regexp.MustCompile(`The capture stopped at its 1.0 MiB limit \(--pcap-limit; 0 for none\): it holds the first (\d+) of the (\d+) packets`).FindStringSubmatch(s)
+	// Half the limit for each round: each says where it stopped.
+	assert.Equal(t, 1, strings.Count(s, "^ the capture of this round stopped at 0.5 MiB during this row (--pcap-limit 1 MiB, half per round; 0 for none)"), "%s", s)
+	assert.Equal(t, 1, strings.Count(s, "^ the capture of this round stopped at 1.0 MiB during this row (--pcap-limit 1 MiB, half per round; 0 for none)"), "%s", s)
+	clean := s[:strings.Index(s, "\n0.02 ")]
+	assert.Contains(t, clean, "^ the capture of this round stopped at 0.5 MiB", "the clean round's share ran out in the clean round")
+	m := regexp.MustCompile(`The capture stopped at its 1.0 MiB limit \(--pcap-limit, half for each round; 0 for none\): it holds (\d+) of the (\d+) packets`).FindStringSubmatch(s)
 	require.NotNil(t, m, "%s", s)
 	written, _ := strconv.Atoi(m[1])
 	all, _ := strconv.Atoi(m[2])
@@ -96,6 +100,7 @@ func TestDemoCaptureLimit(t *testing.T) {
 	out.Reset()
 	require.Equal(t, 0, run([]string{"decode", "--udp-port", port, capture}, &out, &errb))
 	assert.Contains(t, out.String(), "summary: "+itoa(written)+" frames, "+itoa(written)+" RoCEv2 packets")
+	assert.Contains(t, out.String(), "NAK_PSN_SEQ", "the lossy round's share holds its first sequence NAKs")
 
 	for _, bad := range []string{"-1", "2000000"} {
 		out.Reset()
