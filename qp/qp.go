@@ -66,6 +66,21 @@ type InitAttr struct {
 	// CCAlgorithm, with CC set, replaces DCQCN's reaction point by another
 	// algorithm (CC still gives the line rate and the CNP interval).
 	CCAlgorithm cc.Algorithm
+	// NP, with CC nil, gives the QP DCQCN's notification point alone, as
+	// a ConnectX with RoCE congestion control's notification point
+	// enabled and its reaction point not (mlx5's roce_np and roce_rp
+	// settings): CE-marked packets it receives as the data's target are
+	// answered with CNPs, paced by NP.MinTimeBetweenCNPs, NP.CNPPerPort
+	// and NP.CNPAtWindowEnd (its other fields are not used); nothing it
+	// sends is paced, and CNPs it receives count as rp_cnp_ignored. With
+	// CC set, NP must be nil: CC gives both. Errors: ErrBadAttr for a
+	// negative interval, or CNPAtWindowEnd with CNPPerPort.
+	NP *cc.Params
+	// RPOnly, with CC set, leaves the notification point out: the
+	// reaction point and pacer alone (roce_rp enabled, roce_np not).
+	// CE-marked packets are still counted (np_ecn_marked_roce_packets)
+	// but answered with no CNP.
+	RPOnly bool
 }
 
 // AddressVector is where a QP's packets go (ibv_ah_attr with its GRH),
@@ -235,12 +250,27 @@ func New(init InitAttr) (*QP, error) {
 		typ: init.QPType, srq: init.SRQ, unrel: init.QPType != IBV_QPT_RC, ud: init.QPType == IBV_QPT_UD,
 		opBase: base, udMTU: init.PD.dev.activeMTU}
 	q.ops = q.svc.opcodes()
-	if init.CC != nil {
+	switch {
+	case init.CC != nil && init.NP != nil:
+		return nil, fmt.Errorf("%w: CC gives the reaction and the notification point; NP is for the notification point alone", ErrBadAttr)
+	case init.RPOnly && init.CC == nil:
+		return nil, fmt.Errorf("%w: RPOnly needs CC, the reaction point's parameters", ErrBadAttr)
+	case init.CC != nil:
 		var np *cc.NotificationPoint
-		if init.CC.CNPPerPort {
+		if init.CC.CNPPerPort && !init.RPOnly {
 			np = init.PD.dev.portNotificationPoint(init.CC.MinTimeBetweenCNPs)
 		}
-		c, err := newCongestion(init.CC, init.CCAlgorithm, np)
+		c, err := newCongestion(init.CC, init.CCAlgorithm, np, init.RPOnly)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrBadAttr, err)
+		}
+		q.cc = c
+	case init.NP != nil:
+		var np *cc.NotificationPoint
+		if init.NP.CNPPerPort {
+			np = init.PD.dev.portNotificationPoint(init.NP.MinTimeBetweenCNPs)
+		}
+		c, err := newNotificationOnly(init.NP, np)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrBadAttr, err)
 		}
@@ -513,8 +543,10 @@ func (q *QP) Deadline() time.Time {
 // HandleTimeout runs the timers that expired at or before now.
 func (q *QP) HandleTimeout(now time.Time) {
 	if q.cc != nil {
-		q.cc.snd.OnTimeout(now)
-		if q.cc.np.OnTimeout(now) {
+		if q.cc.snd != nil {
+			q.cc.snd.OnTimeout(now)
+		}
+		if q.cc.np != nil && q.cc.np.OnTimeout(now) {
 			q.cc.cnpDue = true
 		}
 		if !q.cc.paceUntil.IsZero() && !now.Before(q.cc.paceUntil) {
@@ -558,7 +590,7 @@ func (q *QP) handle(now time.Time, p *bth.Packet, ecn bth.ECN, ri *RecvInfo) {
 		switch {
 		case p.BTH.PKey != bth.DefaultPKey && p.BTH.PKey&0x7FFF != q.attr.PKey&0x7FFF:
 			q.Counters.PKeyViolations++
-		case q.cc == nil:
+		case q.cc == nil || q.cc.snd == nil:
 			q.Counters.RPCNPIgnored++ // no reaction point: mlx5 counts it so
 		case q.cc.snd.OnCNP(now):
 			q.Counters.RPCNPHandled++

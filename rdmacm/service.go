@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/roce-emu/roce-emu/bth"
+	"github.com/roce-emu/roce-emu/cc"
 	"github.com/roce-emu/roce-emu/cm"
 	"github.com/roce-emu/roce-emu/qp"
 	"github.com/roce-emu/roce-emu/transport"
@@ -490,6 +491,11 @@ type ConnParams struct {
 	RetryCount, RNRRetryCount uint8
 	// PathMTU is the path MTU a Dial asks for; 0 means IBV_MTU_1024.
 	PathMTU qp.MTU
+	// CC, NP and RPOnly are the congestion control of the QP, as
+	// qp.InitAttr's fields of those names (DCQCN's reaction and
+	// notification points).
+	CC, NP *cc.Params
+	RPOnly bool
 	// PrivateData goes in the REQ (at most 56 bytes after the IP CM
 	// header) or the REP (at most 196).
 	PrivateData []byte
@@ -503,7 +509,8 @@ func (s *Service) newQPLocked(p *ConnParams) (*transport.QP, error) {
 	if p.PD == nil || p.SendCQ == nil || p.RecvCQ == nil {
 		return nil, errors.New("rdmacm: ConnParams need a PD, a send CQ and a receive CQ")
 	}
-	init := qp.InitAttr{QPType: qp.IBV_QPT_RC, MaxSendWR: p.MaxSendWR, MaxRecvWR: p.MaxRecvWR, SQSigAll: p.SQSigAll}
+	init := qp.InitAttr{QPType: qp.IBV_QPT_RC, MaxSendWR: p.MaxSendWR, MaxRecvWR: p.MaxRecvWR, SQSigAll: p.SQSigAll,
+		CC: p.CC, NP: p.NP, RPOnly: p.RPOnly}
 	if p.SRQ != nil {
 		init.SRQ = p.SRQ.SRQ()
 	}

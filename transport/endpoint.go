@@ -616,6 +616,14 @@ func (w *QP) PeerSourcePort() (uint16, bool) {
 	return w.peerPort, w.peerPinned
 }
 
+// CCCuts returns the rate cuts of the QP's DCQCN reaction point and the
+// CNPs that made none of their own (see qp.QP.CCCuts).
+func (w *QP) CCCuts() (cuts, coalesced uint64) {
+	w.ep.mu.Lock()
+	defer w.ep.mu.Unlock()
+	return w.q.CCCuts()
+}
+
 // SourcePort returns the UDP source port the QP sends from.
 func (w *QP) SourcePort() uint16 {
 	w.ep.mu.Lock()

@@ -24,7 +24,13 @@ import (
 // goes straight back to Senders[i], the address sender i receives at (its
 // packets come from per-QP source ports, so the switch cannot learn it).
 //
-// Senders and the receiver must have different addresses (the switch tells
+// Receivers, when set, gives each port a receiver of its own (one per
+// port, in place of Egress): several receiving processes on one host, each
+// with its own UDP port, behind one egress queue, as an N:1 incast to one
+// host's NIC. The queue and its line rate are shared whatever the
+// receivers.
+//
+// Senders and receivers must have different addresses (the switch tells
 // directions apart by source address). A UDP socket cannot keep the
 // senders' addresses, so datagrams leave with the switch's address and
 // port, and the switch rewrites each one's ICRC to match (Linux gives its
@@ -39,8 +45,11 @@ type SwitchConfig struct {
 	Ports   []uint16
 	Senders []netip.AddrPort // where each sender receives, one per port
 	Egress  netip.AddrPort
-	Queue   cc.QueueConfig
-	Seed    uint64
+	// Receivers are where each port's datagrams go (one per port); empty,
+	// Egress for every port.
+	Receivers []netip.AddrPort
+	Queue     cc.QueueConfig
+	Seed      uint64
 	// MaxHeld bounds the datagrams PFC holds (default 100000); beyond it
 	// they are dropped and counted.
 	MaxHeld int
@@ -89,18 +98,29 @@ func NewSwitch(cfg SwitchConfig) (*Switch, error) {
 	if len(cfg.Ports) == 0 || len(cfg.Ports) != len(cfg.Senders) {
 		return nil, errors.New("transport: a switch needs one port per sender, and each sender's address")
 	}
-	for _, a := range cfg.Senders {
-		if !a.Addr().IsValid() || a.Port() == 0 || a.Addr().Unmap() == cfg.Egress.Addr().Unmap() {
-			return nil, fmt.Errorf("transport: sender address %s must have a port and differ from the receiver's", a)
+	switch {
+	case len(cfg.Receivers) == 0:
+		cfg.Receivers = make([]netip.AddrPort, len(cfg.Ports))
+		for i := range cfg.Receivers {
+			cfg.Receivers[i] = cfg.Egress
+		}
+	case len(cfg.Receivers) != len(cfg.Ports):
+		return nil, fmt.Errorf("transport: %d receivers for %d ports: give one per port, or Egress for all", len(cfg.Receivers), len(cfg.Ports))
+	}
+	for _, r := range cfg.Receivers {
+		if !r.Addr().IsValid() || r.Port() == 0 {
+			return nil, errors.New("transport: the switch's egress needs an address and a port")
+		}
+		for _, a := range cfg.Senders {
+			if !a.Addr().IsValid() || a.Port() == 0 || a.Addr().Unmap().WithZone("") == r.Addr().Unmap().WithZone("") {
+				return nil, fmt.Errorf("transport: sender address %s must have a port and differ from the receiver's", a)
+			}
 		}
 	}
 	if !cfg.Addr.IsValid() || cfg.Addr.IsUnspecified() {
 		// The ICRC covers the IP addresses: the switch must know which
 		// address packets arrive at and leave from.
 		return nil, fmt.Errorf("transport: the switch's address %v must be a specific address, not a wildcard", cfg.Addr)
-	}
-	if !cfg.Egress.Addr().IsValid() || cfg.Egress.Port() == 0 {
-		return nil, errors.New("transport: the switch's egress needs an address and a port")
 	}
 	if cfg.MaxHeld == 0 {
 		cfg.MaxHeld = 100000
@@ -185,7 +205,7 @@ func (s *Switch) read(i int) {
 			// the egress port: tell directions apart by address.
 			// Received sources carry no zone (udpConn strips it), the
 			// configured egress may: compare without.
-			if d.Src.Addr().Unmap().WithZone("") == s.cfg.Egress.Addr().Unmap().WithZone("") {
+			if d.Src.Addr().Unmap().WithZone("") == s.cfg.Receivers[i].Addr().Unmap().WithZone("") {
 				s.back(i, d)
 			} else {
 				s.forward(i, d)
@@ -271,7 +291,7 @@ func (s *Switch) egress() {
 		s.stats.Forwarded += uint64(len(batch))
 		s.mu.Unlock()
 		for _, it := range batch {
-			out := Datagram{Data: it.d.Data, Src: s.conns[it.port].LocalAddr(), Dst: s.cfg.Egress, TOS: it.d.TOS}
+			out := Datagram{Data: it.d.Data, Src: s.conns[it.port].LocalAddr(), Dst: s.cfg.Receivers[it.port], TOS: it.d.TOS}
 			s.fixICRC(&it.d, &out)
 			s.conns[it.port].WriteBatch([]Datagram{out})
 		}

@@ -75,16 +75,8 @@ func runDCQCN(args []string, stdout, stderr io.Writer) int {
 	if *ccName != "dcqcn" && *ccName != "none" {
 		return fail("--cc %q: dcqcn or none", *ccName)
 	}
-	p, err := cc.Profile(*profile, rate)
+	p, err := dcqcnParams(*profile, rate, params)
 	if err != nil {
-		return fail("--profile: %v", err)
-	}
-	for _, a := range params {
-		if err := p.Set(a); err != nil {
-			return fail("--param: %v", err)
-		}
-	}
-	if err := p.Check(); err != nil {
 		return fail("%v", err)
 	}
 	if *dur <= 0 || *dur > 10*time.Second {

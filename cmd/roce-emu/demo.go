@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/roce-emu/roce-emu/bth"
@@ -23,6 +24,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	addrB := fs.String("b", "127.0.0.2", "`address` of peer B (the responder)")
 	port := fs.Uint("udp-port", bth.UDPPort, "UDP `port` both peers use for RoCEv2")
 	pcapFile := fs.String("pcap", "demo.pcap", "capture `file` of everything A sends and receives (\"\" for none)")
+	pcapLimit := fs.Int("pcap-limit", 64, "stop the capture before it passes this many `MiB` (0 for no limit; a whole run with the defaults is about 400 MB)")
 	loss := fs.Float64("loss", 0.02, "packet loss `probability` of the lossy round, in both directions")
 	mtuBytes := fs.Int("m", 1024, "path `MTU`")
 	count := fs.Int("n", 16, "messages per operation and size")
@@ -51,6 +53,9 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	if err == nil && (*count < 1 || *count > 1000) {
 		err = fmt.Errorf("-n %d: must be 1-1000", *count)
 	}
+	if err == nil && (*pcapLimit < 0 || *pcapLimit > 1<<20) {
+		err = fmt.Errorf("--pcap-limit %d: give MiB, 0 (no limit) to %d", *pcapLimit, 1<<20)
+	}
 	if err == nil && (*port == 0 || *port > 65535) {
 		err = fmt.Errorf("--udp-port %d: must be 1-65535", *port)
 	}
@@ -76,7 +81,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	if err := demo(*addrA, *addrB, uint16(*port), *pcapFile, *loss, rules, mtu, *count, *seed, stdout); err != nil {
+	if err := demo(*addrA, *addrB, uint16(*port), *pcapFile, int64(*pcapLimit)<<20, *loss, rules, mtu, *count, *seed, stdout); err != nil {
 		fmt.Fprintf(stderr, "roce-emu demo: %v\n", err)
 		return 1
 	}
@@ -92,11 +97,12 @@ type demoPeer struct {
 	mr  *qp.MR
 }
 
-func demo(a, b string, port uint16, pcapFile string, loss float64, rules []*transport.FaultRule, mtu qp.MTU, count int, seed uint64, out io.Writer) error {
+func demo(a, b string, port uint16, pcapFile string, pcapLimit int64, loss float64, rules []*transport.FaultRule, mtu qp.MTU, count int, seed uint64, out io.Writer) error {
 	sizes := []int{1, mtu.Bytes() - 1, mtu.Bytes(), mtu.Bytes() + 1, 64 << 10, 1 << 20}
 	maxSize := sizes[len(sizes)-1]
 	faults := transport.NewFaults(seed)
 	var capture *pcap.Writer
+	bounded := &boundedCapture{limit: pcapLimit}
 	var peers [2]*demoPeer
 	var conns [2]transport.Conn
 	for i, s := range []string{a, b} {
@@ -130,8 +136,8 @@ func demo(a, b string, port uint16, pcapFile string, loss float64, rules []*tran
 			// A's capture sees what crosses A's socket: its packets after
 			// the faults, B's before.
 			if capture != nil {
-				conn = transport.WithObserver(conn, nil, transport.CaptureObserver(capture,
-					[6]byte{2, 0, 0, 0, 0, byte(0xa + i)}, [6]byte{2, 0, 0, 0, 0, byte(0xb - i)}))
+				conn = transport.WithObserver(conn, nil, bounded.observer(transport.CaptureObserver(capture,
+					[6]byte{2, 0, 0, 0, 0, byte(0xa + i)}, [6]byte{2, 0, 0, 0, 0, byte(0xb - i)})))
 			}
 			conn = transport.WithFaults(conn, faults, nil)
 		}
@@ -165,7 +171,8 @@ func demo(a, b string, port uint16, pcapFile string, loss float64, rules []*tran
 		A.ep.LocalAddr().Addr(), A.qp.QPN(), B.ep.LocalAddr().Addr(), B.qp.QPN(), port, mtu.Bytes())
 	fmt.Fprintf(out, "\n%-6s %-16s %8s %5s %10s %9s %8s %8s %8s %8s  %s\n", "loss", "operation", "bytes", "msgs", "time", "Gb/s", "retrans", "seqNAK", "timeout", "implied", "data")
 	totalMsgs, totalBytes := 0, 0
-	for _, l := range []float64{0, loss} {
+	for round, l := range []float64{0, loss} {
+		bounded.startRound(round)
 		if l > 0 {
 			faults.SetRules(append([]*transport.FaultRule{transport.LossRule(l)}, rules...)...)
 		} else {
@@ -183,6 +190,7 @@ func demo(a, b string, port uint16, pcapFile string, loss float64, rules []*tran
 				fmt.Fprintf(out, "%-6g %-16s %8d %5d %8.2fms %9.3f %8d %8d %8d %8d  verified\n", l, op, n, count, float64(el.Microseconds())/1000,
 					float64(n*count)*8/el.Seconds()/1e9, c.RetransmittedPkts-before.RetransmittedPkts, c.PacketSeqErr-before.PacketSeqErr,
 					c.LocalAckTimeoutErr-before.LocalAckTimeoutErr, c.ImpliedNakSeqErr-before.ImpliedNakSeqErr)
+				bounded.noteStop(out)
 				totalMsgs += count
 				totalBytes += n * count
 			}
@@ -196,8 +204,10 @@ func demo(a, b string, port uint16, pcapFile string, loss float64, rules []*tran
 		c := A.qp.Counters()
 		fmt.Fprintf(out, "%-6g %-16s %8d %5d %8.2fms %9s %8d %8d %8d %8d  verified\n", l, "FETCH_ADD+CMP_SWP", 8, 2*count, float64(el.Microseconds())/1000, "-",
 			c.RetransmittedPkts-before.RetransmittedPkts, c.PacketSeqErr-before.PacketSeqErr, c.LocalAckTimeoutErr-before.LocalAckTimeoutErr, c.ImpliedNakSeqErr-before.ImpliedNakSeqErr)
+		bounded.noteStop(out)
 		totalMsgs += 2 * count
 	}
+	printDemoLegend(out, loss)
 	ca, cb := A.qp.Counters(), B.qp.Counters()
 	fmt.Fprintf(out, "\n%d messages, %d bytes, every byte and every completion checked.\n", totalMsgs, totalBytes)
 	fmt.Fprintf(out, "A (requester): %s\n", describeCounters(ca))
@@ -215,6 +225,7 @@ func demo(a, b string, port uint16, pcapFile string, loss float64, rules []*tran
 		}
 		fmt.Fprintf(out, "capture: %s (read it with: roce-emu decode %s%s, or tshark%s -r %s); it shows packets as they\n", pcapFile, portFlag, pcapFile, tsharkPort, pcapFile)
 		fmt.Fprintln(out, "arrived, so it also holds the ones the injected loss then dropped on the way in.")
+		fmt.Fprintln(out, bounded.describe())
 	}
 	return nil
 }
@@ -339,4 +350,100 @@ func demoAtomics(A, B *demoPeer, count int) error {
 		return fmt.Errorf("the word is %d after the atomics, want %d", v, base+uint64(count))
 	}
 	return nil
+}
+
+// printDemoLegend explains the table's columns under it.
+func printDemoLegend(out io.Writer, loss float64) {
+	fmt.Fprintf(out, `
+loss       the probability that each packet is dropped, in both directions, during the round: 0 is the
+           clean round, %g the lossy one (--loss); the drops are injected at A's socket. On loopback
+           the kernel may also drop a datagram when a socket's buffer is full: a retrans in a 0 row.
+operation  the work request A posts (RDMA_READ reads from B); FETCH_ADD+CMP_SWP is -n fetch-and-adds,
+           then -n compare-and-swaps, on one 8-byte word of B.
+bytes      the size of each message; msgs: messages in the row, -n per size.
+time       from the first post to the last completion; Gb/s: message bytes over that time.
+retrans    request packets A sent again (retransmitted_pkts). RC recovers by go-back-N, as rxe and
+           ConnectX do: after a loss A resends every packet from the first unacknowledged PSN on,
+           also those that had arrived, so one lost packet of a 1 MiB message can cost hundreds of
+           resends; compare "injected loss dropped" below.
+seqNAK     PSN sequence error NAKs A received (packet_seq_err): B saw a gap and asked for the packet
+           at its expected PSN; each starts a go-back-N.
+timeout    expiries of A's ACK timer (local_ack_timeout_err, timeout 10: 4.2 ms): nothing acknowledged
+           the oldest packet in time (a lost last packet or a lost ACK); each starts a go-back-N.
+implied    implied NAKs (implied_nak_seq_err): a READ or atomic response arrived past one that was
+           lost (responders never NAK responses), so A goes back to the missing PSN by itself.
+data       what was checked before the row was printed: every byte, source against destination,
+           and every completion (status IBV_WC_SUCCESS, in order); a failed check ends the demo.
+`, loss)
+}
+
+// boundedCapture keeps the demo's capture under a size, half of it for
+// each round so that the lossy round's NAKs and resends are in it too:
+// events go to the capture until the next record would take the file past
+// the round's share of limit bytes (0: no limit); then the round's capture
+// stops and the rest of its packets are counted.
+type boundedCapture struct {
+	limit   int64
+	end     atomic.Int64 // the current round's end: the file may grow to it
+	stopped atomic.Bool  // the current round's capture stopped
+	size    atomic.Int64 // bytes of the file so far, its header included
+	written atomic.Uint64
+	skipped atomic.Uint64
+	noted   bool // noteStop said so this round (the demo's goroutine only)
+}
+
+// pcapFileHeader and pcapRecordHeader are the sizes of libpcap's file and
+// record headers; ethernetHeader the frames' link header.
+const pcapFileHeader, pcapRecordHeader, ethernetHeader = 24, 16, 14
+
+// startRound gives round (0 the clean one, 1 the lossy one) its half of
+// the limit, and what the round before left unused.
+func (b *boundedCapture) startRound(round int) {
+	b.end.Store(b.limit * int64(round+1) / 2)
+	b.stopped.Store(false)
+	b.noted = false
+}
+
+func (b *boundedCapture) observer(capture transport.Observer) transport.Observer {
+	b.size.Store(pcapFileHeader)
+	return func(e *transport.Event) {
+		ip := 20
+		if !e.Datagram.Src.Addr().Unmap().Is4() || !e.Datagram.Dst.Addr().Unmap().Is4() {
+			ip = 40
+		}
+		n := int64(pcapRecordHeader + ethernetHeader + ip + 8 + len(e.Datagram.Data))
+		if b.stopped.Load() || (b.limit > 0 && b.size.Load()+n > b.end.Load()) {
+			b.stopped.Store(true)
+			b.skipped.Add(1)
+			return
+		}
+		b.size.Add(n)
+		b.written.Add(1)
+		capture(e)
+	}
+}
+
+// noteStop prints, under the table row during which the round's capture
+// stopped, that it did.
+func (b *boundedCapture) noteStop(out io.Writer) {
+	if b.noted || !b.stopped.Load() {
+		return
+	}
+	b.noted = true
+	fmt.Fprintf(out, "       ^ the capture of this round stopped at %.1f MiB during this row (--pcap-limit %d MiB, half per round; 0 for none)\n",
+		float64(b.end.Load())/(1<<20), b.limit>>20)
+}
+
+// describe says how much of the run the capture holds.
+func (b *boundedCapture) describe() string {
+	mib := func(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+	w, s := b.written.Load(), b.skipped.Load()
+	switch {
+	case s > 0:
+		return fmt.Sprintf("The capture stopped at its %s limit (--pcap-limit, half for each round; 0 for none): it holds %d of the %d packets\nA's socket saw (%s), each round's first ones; the rest of each round is not in it.",
+			mib(b.limit), w, w+s, mib(b.size.Load()))
+	case b.limit > 0:
+		return fmt.Sprintf("It holds all %d packets (%s, under its %s limit, --pcap-limit).", w, mib(b.size.Load()), mib(b.limit))
+	}
+	return fmt.Sprintf("It holds all %d packets (%s; no limit).", w, mib(b.size.Load()))
 }

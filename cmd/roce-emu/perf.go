@@ -18,6 +18,7 @@ import (
 
 type perfFlags struct {
 	netFlags
+	ccFlags
 	op         string
 	atomicType string // -A: CMP_AND_SWAP or FETCH_AND_ADD
 	size       int
@@ -102,6 +103,7 @@ func (n *noEffectFlag) Set(v string) error {
 func (f *perfFlags) register(fs *flag.FlagSet, kind string) {
 	f.netFlags.register(fs, "127.0.0.1")
 	f.netFlags.registerGIDCheck(fs)
+	f.ccFlags.register(fs)
 	def := "write"
 	if kind == "lat" {
 		def = "send"
@@ -213,9 +215,15 @@ func (f *perfFlags) check(kind string, sizeSet bool) (qp.WROpcode, qp.MTU, error
 			return 0, 0, fmt.Errorf("-D %d -f %d: the duration must be more than twice the margin", f.duration, f.margin)
 		}
 	}
+	if f.via != "" && f.rdmaCM {
+		return 0, 0, errors.New("--roce-via with -R: rdma_cm resolves the peer's address itself (not supported; -z connects the QPs as without rdma_cm)")
+	}
 	m, err := mtuFlag(f.mtu)
 	if err == nil {
 		err = f.netFlags.check()
+	}
+	if err == nil {
+		err = f.ccFlags.check()
 	}
 	return op, m, err
 }

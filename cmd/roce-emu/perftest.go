@@ -213,7 +213,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 			return pcm.connectQP(ctx, pd, cq, init, access, cmReads, curMTU, recvs)
 		}
 	}
-	if r, err = newPerftestTraffic(ctx, ep, kind, op, client, f.bidir, size, iters, f.txDepth, f.rxDepth, f.qps, sys, connect); err != nil {
+	if r, err = newPerftestTraffic(ctx, ep, kind, op, client, f.bidir, size, iters, f.txDepth, f.rxDepth, f.qps, sys, &f.ccFlags, connect); err != nil {
 		return err
 	}
 	r.noPeak = f.noPeak
@@ -244,7 +244,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		if err := f.checkPeerGID(pq.remote.GID, peerIP, pq.remote.QPN); err != nil {
 			return fmt.Errorf("QP %d: %w", i, err)
 		}
-		if err := perftestConnect(pq.q, pq.local, pq.remote, curMTU, uint16(f.udpPort), f.qpTimeout, r.access); err != nil {
+		if err := perftestConnect(pq.q, pq.local, pq.remote, f.peer, uint16(f.udpPort), curMTU, f.qpTimeout, r.access); err != nil {
 			return fmt.Errorf("QP %d: %w", i, err)
 		}
 	}
@@ -344,6 +344,11 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	if d := describeDrops(ep.Stats()); d != "" {
 		fmt.Fprintf(out, " dropped: %s\n", d)
 	}
+	qs := make([]*transport.QP, len(r.qps))
+	for i, pq := range r.qps {
+		qs[i] = pq.q
+	}
+	fmt.Fprintf(out, " congestion (%s): %s\n", f.ccFlags.describe(), sumCC(qs))
 	fmt.Fprintf(out, " requests served: %d RDMA WRITE, %d RDMA READ, %d SEND, %d atomic\n", sum.RxWriteRequests, sum.RxReadRequests, sum.RxSendRequests, sum.RxAtomicRequests)
 	if pcm != nil {
 		err := pcm.close(ctx)
@@ -420,8 +425,8 @@ func printPerftestHeader(out io.Writer, kind string, op qp.WROpcode, client bool
 }
 
 // perftestConnect moves q to RTR and RTS as perftest's ctx_connect does.
-func perftestConnect(q *transport.QP, local, rem oob.PerftestKey, mtu qp.MTU, udpPort uint16, timeout int, access qp.Access) error {
-	av := qp.AddressVector{Remote: netip.AddrPortFrom(gidAddr(rem.GID, local.GID), udpPort), HopLimit: routeHopLimit} // perftest asks 0xFF; see routeHopLimit
+func perftestConnect(q *transport.QP, local, rem oob.PerftestKey, peer func(netip.AddrPort) netip.AddrPort, udpPort uint16, mtu qp.MTU, timeout int, access qp.Access) error {
+	av := qp.AddressVector{Remote: peer(netip.AddrPortFrom(gidAddr(rem.GID, local.GID), udpPort)), HopLimit: routeHopLimit} // perftest asks 0xFF; see routeHopLimit
 	if err := q.Modify(&qp.Attr{State: qp.IBV_QPS_RTR, PathMTU: mtu, DestQPN: rem.QPN, RQPSN: rem.PSN,
 		MaxDestRdAtomic: uint8(min(local.OutReads, 255)), MinRNRTimer: 12, AV: av, AccessFlags: access},
 		qp.IBV_QP_STATE|qp.IBV_QP_AV|qp.IBV_QP_PATH_MTU|qp.IBV_QP_DEST_QPN|qp.IBV_QP_RQ_PSN|
@@ -669,7 +674,7 @@ const perftestSlotBytes = 64 << 20
 // perftest's second half; one MR over it all, one CQ, and nq QPs in INIT
 // with their receives posted. iters 0 is duration mode. With connect
 // (-R), each QP is connect's, connected and with its receives posted.
-func newPerftestTraffic(ctx context.Context, ep *transport.Endpoint, kind string, op qp.WROpcode, client, bidir bool, size, iters, txDepth, rxDepthFlag, nq int, sys oob.SysData, connect perftestQPConnect) (*perftestTraffic, error) {
+func newPerftestTraffic(ctx context.Context, ep *transport.Endpoint, kind string, op qp.WROpcode, client, bidir bool, size, iters, txDepth, rxDepthFlag, nq int, sys oob.SysData, ccf *ccFlags, connect perftestQPConnect) (*perftestTraffic, error) {
 	depth := txDepth
 	if iters > 0 {
 		depth = min(txDepth, iters)
@@ -728,6 +733,7 @@ func newPerftestTraffic(ctx context.Context, ep *transport.Endpoint, kind string
 	}
 	r.cq = ep.NewCQ(nq*(2*max(depth, rxDepth)) + 64)
 	init := qp.InitAttr{MaxSendWR: depth + 8, MaxRecvWR: max(rxDepth, 1)}
+	ccf.apply(&init)
 	for i := range nq {
 		if connect != nil {
 			// rdma_cm (-R): the QP comes connected, its receives posted.

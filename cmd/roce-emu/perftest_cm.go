@@ -226,7 +226,8 @@ func (c *perftestCM) listen() error {
 // perftestCMDialWait.
 func (c *perftestCM) connectQP(ctx context.Context, pd *transport.PD, cq *transport.CQ, init qp.InitAttr, access qp.Access, outReads uint8, mtu qp.MTU, recvs []qp.RecvWR) (*transport.QP, error) {
 	p := rdmacm.ConnParams{PD: pd, SendCQ: cq, RecvCQ: cq, MaxSendWR: init.MaxSendWR, MaxRecvWR: init.MaxRecvWR, Access: access,
-		ResponderResources: outReads, InitiatorDepth: outReads, RetryCount: 7, RNRRetryCount: 7, PathMTU: mtu}
+		ResponderResources: outReads, InitiatorDepth: outReads, RetryCount: 7, RNRRetryCount: 7, PathMTU: mtu,
+		CC: init.CC, NP: init.NP, RPOnly: init.RPOnly}
 	var conn *rdmacm.Conn
 	var err error
 	if c.listener != nil {

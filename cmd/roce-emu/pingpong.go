@@ -18,6 +18,7 @@ import (
 
 type pingpongFlags struct {
 	netFlags
+	ccFlags
 	port    int
 	size    int
 	iters   int
@@ -54,6 +55,7 @@ const srqPingpongQPs = 16
 func (f *pingpongFlags) register(fs *flag.FlagSet) {
 	f.netFlags.register(fs, "127.0.0.1")
 	f.netFlags.registerGIDCheck(fs)
+	f.ccFlags.register(fs)
 	fs.IntVar(&f.port, "p", 18515, "TCP `port` of the address exchange")
 	fs.IntVar(&f.size, "s", 4096, "message `size` in bytes (--connection UD: default 1024, at most the port MTU, as ibv_ud_pingpong)")
 	fs.IntVar(&f.iters, "n", 1000, "number of exchanges (--srq: in all, over every QP, as ibv_srq_pingpong counts them)")
@@ -110,7 +112,10 @@ func (f *pingpongFlags) check() error {
 	if _, err := mtuFlag(f.mtu); err != nil {
 		return err
 	}
-	return f.netFlags.check()
+	if err := f.netFlags.check(); err != nil {
+		return err
+	}
+	return f.ccFlags.check()
 }
 
 // program names the rdma-core program a run speaks to.
@@ -327,6 +332,7 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) error {
 	if d := describeDrops(ep.Stats()); d != "" {
 		fmt.Fprintf(out, "dropped: %s\n", d)
 	}
+	fmt.Fprintf(out, "congestion (%s): %s\n", f.ccFlags.describe(), sumCC(r.qps))
 	return nil
 }
 
@@ -353,6 +359,7 @@ func (r *pingpongRun) setup(mtu qp.MTU) error {
 	r.cq = r.ep.NewCQ(f.rxDepth + nqp)
 	for range nqp {
 		init := qp.InitAttr{QPType: f.qpType, MaxSendWR: 1, MaxRecvWR: f.rxDepth}
+		f.ccFlags.apply(&init)
 		if r.srq != nil {
 			init.SRQ = r.srq.SRQ()
 		}
@@ -418,7 +425,7 @@ func (r *pingpongRun) connect(i int, d oob.Dest, mtu qp.MTU) error {
 		return err
 	}
 	q, local := r.qps[i], r.local[i]
-	to := netip.AddrPortFrom(gidAddr(d.GID, local.GID), uint16(r.f.udpPort))
+	to := r.f.peer(netip.AddrPortFrom(gidAddr(d.GID, local.GID), uint16(r.f.udpPort)))
 	switch r.f.qpType {
 	case qp.IBV_QPT_UD:
 		if err := q.Modify(&qp.Attr{State: qp.IBV_QPS_RTR}, qp.IBV_QP_STATE); err != nil {

@@ -22,7 +22,8 @@ func runSwitch(args []string, stdout, stderr io.Writer) int {
 	addr := fs.String("addr", "127.0.0.100", "the switch's IP `address`")
 	var links multiFlag
 	fs.Var(&links, "link", "a sender, as PORT=SENDER_ADDR:SENDER_PORT (repeatable): the sender and the receiver's QP for it both use the switch's address and PORT as their peer")
-	receiver := fs.String("receiver", "", "the receiver's `address:port` (its RoCEv2 UDP port)")
+	var receivers multiFlag
+	fs.Var(&receivers, "receiver", "the receiver's `address:port` (its RoCEv2 UDP port); given once per --link, in their order, each link's own receiver (several receiving processes on one host, one UDP port each)")
 	rate := fs.String("rate", "1", "egress line `rate` (Gb/s, or 100Mbps)")
 	q := cc.DefaultQueue(0)
 	queueFlags(fs, &q)
@@ -53,11 +54,18 @@ func runSwitch(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("--addr %q is not an IP address", *addr)
 	}
-	recv, err := netip.ParseAddrPort(*receiver)
-	if err != nil {
-		return fail("--receiver %q: give ADDRESS:PORT, e.g. 127.0.0.2:4791", *receiver)
+	var recvs []netip.AddrPort
+	for _, r := range receivers {
+		recv, err := netip.ParseAddrPort(r)
+		if err != nil {
+			return fail("--receiver %q: give ADDRESS:PORT, e.g. 127.0.0.2:4791", r)
+		}
+		recvs = append(recvs, recv)
 	}
-	cfg := transport.SwitchConfig{Addr: a, Egress: recv, Seed: *seed}
+	if len(recvs) == 0 {
+		return fail("--receiver: give the receiver's ADDRESS:PORT, e.g. 127.0.0.2:4791")
+	}
+	cfg := transport.SwitchConfig{Addr: a, Egress: recvs[0], Seed: *seed}
 	for _, l := range links {
 		p, s, ok := strings.Cut(l, "=")
 		port, perr := strconv.ParseUint(p, 10, 16)
@@ -70,6 +78,12 @@ func runSwitch(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(cfg.Ports) == 0 {
 		return fail("no --link given")
+	}
+	switch {
+	case len(recvs) == len(cfg.Ports):
+		cfg.Receivers = recvs
+	case len(recvs) != 1:
+		return fail("%d --receiver for %d --link: give one for all, or one per --link", len(recvs), len(cfg.Ports))
 	}
 	r, err := cc.ParseRate(*rate)
 	if err != nil || r <= 0 {
@@ -86,9 +100,13 @@ func runSwitch(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer sw.Close()
-	fmt.Fprintf(stdout, "switch at %s: egress %v to %s, WRED-ECN Kmin %d Kmax %d Pmax %g, buffer %d, PFC %v\n", a, r, recv, q.KMin, q.KMax, q.PMax, q.Buffer, q.PFC)
+	fmt.Fprintf(stdout, "switch at %s: egress %v to %s, WRED-ECN Kmin %d Kmax %d Pmax %g, buffer %d, PFC %v\n", a, r, receivers.String(), q.KMin, q.KMax, q.PMax, q.Buffer, q.PFC)
 	for i, p := range sw.Ports() {
-		fmt.Fprintf(stdout, "  port %d <-> sender %s\n", p.Port(), cfg.Senders[i])
+		to := ""
+		if len(cfg.Receivers) > 0 {
+			to = ", receiver " + cfg.Receivers[i].String()
+		}
+		fmt.Fprintf(stdout, "  port %d <-> sender %s%s\n", p.Port(), cfg.Senders[i], to)
 	}
 	print := func() {
 		st := sw.Stats()
