@@ -149,6 +149,7 @@ func TestSwitchBadFlags(t *testing.T) {
 		{[]string{"--receiver", "127.0.0.2:4791", "--link", "5001=127.0.0.1:4791", "--rate", "fast"}, "--rate"},
 		{[]string{"--receiver", "127.0.0.2:4791", "--link", "5001=127.0.0.1:4791", "--addr", "switch"}, "--addr"},
 		{[]string{"--receiver", "127.0.0.2:4791", "--link", "5001=127.0.0.1:4791", "--kmin", "9000", "--kmax", "100"}, "roce-emu switch:"},
+		{[]string{"--receiver", "127.0.0.2:4791", "--link", "5001=127.0.0.1:4791", "--pfc", "--hold-bytes", "0"}, "--hold-bytes"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := runSwitch(tc.args, &stdout, &stderr)
