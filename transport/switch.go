@@ -28,11 +28,13 @@ import (
 // directions apart by source address). A datagram that comes to sender i's
 // port from neither Senders[i]'s address nor the receiver's is dropped and
 // counted (SwitchStats.ForeignSource), not forwarded with a rewritten ICRC
-// that would pass the receiver's checks. The source port is not checked:
-// RoCEv2 senders send from a UDP source port per QP, flow entropy
-// (rdma_get_udp_sport in Linux, used by rxe and this module's Endpoint), not from the port they receive at, so
-// the switch cannot know it; a process on a sender's host can still send
-// through that sender's port.
+// that would pass the receiver's checks. By default the source port is not
+// checked: RoCEv2 senders send from a UDP source port per QP, flow entropy
+// (rdma_get_udp_sport in Linux, used by rxe and this module's Endpoint),
+// not from the port they receive at, so the switch cannot know it, and a
+// process on a sender's host can send through that sender's port.
+// PinSourcePorts narrows that: each destination QPN's packets must keep
+// the source port of the first one.
 //
 // A UDP socket cannot keep the
 // senders' addresses, so datagrams leave with the switch's address and
@@ -45,10 +47,10 @@ import (
 // packets leave with bad ICRCs.
 //
 // Memory is bounded by the configuration, not by what senders send: the
-// egress queue by Queue.Buffer and the PFC hold by HoldBytes (both counted
-// as bytes on the wire, bth.WireLen, plus SwitchEntryOverhead per
-// datagram), and the read buffers by the number of ports (each reads up to
-// 16 datagrams of up to 65,535 bytes at a time). Datagrams of any size UDP
+// egress queue by Queue.Buffer (bytes on the wire, bth.WireLen), the PFC
+// hold by HoldBytes (bytes on the wire plus SwitchEntryOverhead per
+// datagram), the pins by MaxPinned, and the read buffers by the number of
+// ports (each reads up to 16 datagrams of up to 65,535 bytes at a time). Datagrams of any size UDP
 // carries are forwarded whole, or dropped and counted as oversize when the
 // egress cannot send them (EMSGSIZE: larger than the path MTU, DF set).
 type SwitchConfig struct {
@@ -63,7 +65,22 @@ type SwitchConfig struct {
 	// datagram that does not fit is dropped and counted
 	// (SwitchStats.HoldDrops).
 	HoldBytes int
+	// PinSourcePorts: through sender i's port, the packets to each
+	// destination QPN must come from the UDP source port the first of
+	// them came from (a QP sends from one source port), and datagrams
+	// that are not RoCE from Senders[i] itself; others are dropped and
+	// counted (SwitchStats.ForeignPort). At most MaxPinned QPNs are
+	// pinned per port (0: DefaultSwitchMaxPinned); a packet to one more
+	// is dropped and counted the same way. Pins last as long as the
+	// switch: a later run whose QPs reuse a QPN from another source port
+	// needs a new switch.
+	PinSourcePorts bool
+	MaxPinned      int
 }
+
+// DefaultSwitchMaxPinned is the default number of destination QPNs whose
+// source port a Switch pins per sender port.
+const DefaultSwitchMaxPinned = 4096
 
 // DefaultSwitchHoldBytes is the default PFC hold of a Switch: 16 MiB,
 // about the buffer of a shallow-buffered data-centre switch.
@@ -86,14 +103,16 @@ type SwitchStats struct {
 	Forwarded uint64 `json:"forwarded"` // to the receiver
 	Returned  uint64 `json:"returned"`  // from the receiver to a sender
 	Marked    uint64 `json:"marked"`    // marked CE
-	Dropped   uint64 `json:"dropped"`   // all drops: the sum of the five causes below
+	Dropped   uint64 `json:"dropped"`   // all drops: the sum of the six causes below
 	// Drops by cause: the egress buffer was full (tail drop); PFC held
 	// HoldBytes already; the datagram came from neither the port's sender
-	// nor the receiver; the egress could not send it for its size
+	// nor the receiver, or (PinSourcePorts) from another source port of
+	// the sender's address; the egress could not send it for its size
 	// (EMSGSIZE); another send error.
 	TailDrops     uint64 `json:"tail_drops"`
 	HoldDrops     uint64 `json:"hold_drops"`
 	ForeignSource uint64 `json:"foreign_source"`
+	ForeignPort   uint64 `json:"foreign_port"` // with PinSourcePorts: from the sender's address, not from the pinned port (or past MaxPinned)
 	Oversize      uint64 `json:"oversize"`
 	SendErrors    uint64 `json:"send_errors"`
 	Pauses        uint64 `json:"pauses"`   // PFC XOFF events
@@ -115,10 +134,11 @@ type Switch struct {
 	port  *cc.Port // the egress port model
 
 	mu      sync.Mutex
-	senders []netip.AddrPort // where each port's sender receives
-	fifo    []queued         // in the egress queue, in order
-	held    []queued         // PFC: waiting to enter it
-	heldB   int              // bytes in held, as HoldBytes counts them
+	senders []netip.AddrPort    // where each port's sender receives
+	fifo    []queued            // in the egress queue, in order
+	held    []queued            // PFC: waiting to enter it
+	heldB   int                 // bytes in held, as HoldBytes counts them
+	pins    []map[uint32]uint16 // PinSourcePorts: per port, destination QPN -> source port
 	stats   SwitchStats
 	wake    chan struct{}
 	done    chan struct{}
@@ -156,11 +176,22 @@ func NewSwitch(cfg SwitchConfig) (*Switch, error) {
 	if cfg.HoldBytes == 0 {
 		cfg.HoldBytes = DefaultSwitchHoldBytes
 	}
+	if cfg.MaxPinned < 0 {
+		return nil, fmt.Errorf("transport: the switch's MaxPinned %d must not be negative", cfg.MaxPinned)
+	}
+	if cfg.MaxPinned == 0 {
+		cfg.MaxPinned = DefaultSwitchMaxPinned
+	}
 	port, err := cc.NewPort(cfg.Queue, cfg.Seed)
 	if err != nil {
 		return nil, err
 	}
 	s := &Switch{cfg: cfg, port: port, senders: cfg.Senders, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	if cfg.PinSourcePorts {
+		for range cfg.Ports {
+			s.pins = append(s.pins, map[uint32]uint16{})
+		}
+	}
 	for _, p := range cfg.Ports {
 		c, err := ListenUDP(netip.AddrPortFrom(cfg.Addr, p), UDPOptions{EphemeralPort: true})
 		if err != nil {
@@ -204,7 +235,7 @@ func (s *Switch) Stats() SwitchStats {
 	st := s.stats
 	st.Marked, st.Pauses = s.port.Marked, s.port.Pauses
 	st.TailDrops = s.port.Dropped
-	st.Dropped = st.TailDrops + st.HoldDrops + st.ForeignSource + st.Oversize + st.SendErrors
+	st.Dropped = st.TailDrops + st.HoldDrops + st.ForeignSource + st.ForeignPort + st.Oversize + st.SendErrors
 	st.QueueBytes, st.QueueMax = s.port.Bytes(), s.port.MaxBytes
 	st.HeldBytes = s.heldB
 	return st
@@ -245,6 +276,12 @@ func (s *Switch) read(i int) {
 			case egress:
 				s.back(i, ds[k])
 			case sender:
+				if s.pins != nil && !s.pinned(i, &ds[k]) {
+					s.mu.Lock()
+					s.stats.ForeignPort++
+					s.mu.Unlock()
+					continue
+				}
 				s.forward(i, ds[k])
 			default:
 				s.mu.Lock()
@@ -253,6 +290,29 @@ func (s *Switch) read(i int) {
 			}
 		}
 	}
+}
+
+// pinned reports whether a datagram from sender i's address comes from
+// the source port its destination QPN is pinned to (pinning the QPN to it
+// when it is the first, and there is room): RoCE packets by their
+// destination QPN, anything else only from Senders[i] itself.
+func (s *Switch) pinned(i int, d *Datagram) bool {
+	var p bth.Packet
+	if len(d.Data) < bth.BTHLen+bth.ICRCLen || p.Decode(d.Data) != nil {
+		return d.Src.Port() == s.senders[i].Port()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pins := s.pins[i]
+	sport, ok := pins[p.BTH.DestQP]
+	if !ok {
+		if len(pins) >= s.cfg.MaxPinned {
+			return false
+		}
+		pins[p.BTH.DestQP] = d.Src.Port()
+		return true
+	}
+	return sport == d.Src.Port()
 }
 
 // back sends a datagram from the receiver to the port's sender, unqueued,

@@ -30,6 +30,7 @@ func runSwitch(args []string, stdout, stderr io.Writer) int {
 	every := fs.Duration("stats", 0, "print the counters this often (default: only at the end)")
 	asJSON := fs.Bool("json", false, "print the counters as JSON")
 	seed := fs.Uint64("seed", 1, "random `seed` of the marking")
+	pin := fs.Bool("pin-source-ports", false, "through each sender's port, forward the packets to each destination QPN only from the UDP source port of the first one (and other datagrams only from the sender's own address:port); others are dropped and counted as foreign port")
 	holdBytes := fs.Int("hold-bytes", transport.DefaultSwitchHoldBytes, "with --pfc, the `bytes` of datagrams held while the egress is paused (on the wire, plus 128 each); beyond them datagrams are dropped and counted")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: roce-emu switch --receiver ADDR:PORT --link PORT=SENDER:PORT [--link ...] [flags]")
@@ -64,7 +65,7 @@ func runSwitch(args []string, stdout, stderr io.Writer) int {
 	if *holdBytes < 1 {
 		return fail("--hold-bytes %d: must be at least 1", *holdBytes)
 	}
-	cfg := transport.SwitchConfig{Addr: a, Egress: recv, Seed: *seed, HoldBytes: *holdBytes}
+	cfg := transport.SwitchConfig{Addr: a, Egress: recv, Seed: *seed, HoldBytes: *holdBytes, PinSourcePorts: *pin}
 	for _, l := range links {
 		p, s, ok := strings.Cut(l, "=")
 		port, perr := strconv.ParseUint(p, 10, 16)
@@ -107,8 +108,8 @@ func runSwitch(args []string, stdout, stderr io.Writer) int {
 			json.NewEncoder(stdout).Encode(st)
 			return
 		}
-		fmt.Fprintf(stdout, "forwarded %d, returned %d, marked CE %d, dropped %d (tail %d, hold %d, foreign source %d, oversize %d, send errors %d), pauses %d, not RoCE %d, bad ICRC %d, queue %d B (max %d B), held %d B (max %d B)\n",
-			st.Forwarded, st.Returned, st.Marked, st.Dropped, st.TailDrops, st.HoldDrops, st.ForeignSource, st.Oversize, st.SendErrors,
+		fmt.Fprintf(stdout, "forwarded %d, returned %d, marked CE %d, dropped %d (tail %d, hold %d, foreign source %d, foreign port %d, oversize %d, send errors %d), pauses %d, not RoCE %d, bad ICRC %d, queue %d B (max %d B), held %d B (max %d B)\n",
+			st.Forwarded, st.Returned, st.Marked, st.Dropped, st.TailDrops, st.HoldDrops, st.ForeignSource, st.ForeignPort, st.Oversize, st.SendErrors,
 			st.Pauses, st.NotRoCE, st.BadICRC, st.QueueBytes, st.QueueMax, st.HeldBytes, st.HeldMax)
 	}
 	stop := make(chan os.Signal, 1)
