@@ -80,8 +80,7 @@ func heapPeak() (stop func() uint64) {
 // a 200 MB capture (about 2.8 million flows; before the cap decode held
 // about 870 bytes a flow for ever, 2.3 GiB) stays under 256 MiB of heap,
 // every flow printed (evicted ones as they go) and the evictions counted
-// in the summary. It takes minutes on a loaded 2-core machine (decode
-// about a minute, analyze more), so with -short it runs on a 20 MB
+// in the summary. It takes minutes on a loaded 2-core machine, so with -short it runs on a 20 MB
 // capture with a tenth of the flow cap under a quarter of the bound (about
 // 270,000 flows: uncapped, decode's heap peaked at 311 MiB), and under the
 // race detector on a 5 MB one.
@@ -131,9 +130,8 @@ func TestDecodeAllNewFlowsBoundedMemory(t *testing.T) {
 	require.Len(t, summary, 2)
 	assert.Contains(t, summary[1], fmt.Sprintf("  %d flows (%d packets) evicted", evicted, evicted))
 
-	// analyze: connections beyond --max-connections evicted and counted.
-	// (Its eviction scans every connection for the least recently
-	// active: CPU time grows with the cap, so the test keeps it small.)
+	// analyze: connections beyond --max-connections (its default, 4096)
+	// evicted and counted.
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	base = ms.HeapInuse
@@ -141,7 +139,7 @@ func TestDecodeAllNewFlowsBoundedMemory(t *testing.T) {
 	start = time.Now()
 	var out bytes.Buffer
 	stderr.Reset()
-	code = runAnalyze([]string{"--max-connections", "256", path}, &out, &stderr)
+	code = runAnalyze([]string{path}, &out, &stderr)
 	peak = stop()
 	first, _, _ := strings.Cut(out.String(), "\n")
 	t.Logf("analyze: %v; heap in use %d MiB before, %d MiB at the peak; %s", time.Since(start), base>>20, peak>>20, first)
