@@ -54,6 +54,9 @@ var (
 	ErrGIDType = errors.New("oob: GIDs of different IP versions")
 	// ErrState: a session step was called out of order.
 	ErrState = errors.New("oob: session step out of order")
+	// ErrCycleBuffer: a perftest peer asks for a cycle buffer above the
+	// limit (Perftest.CycleBufferLimit).
+	ErrCycleBuffer = errors.New("oob: perftest cycle buffer above the limit")
 )
 
 // doneMsg is what rc_pingpong's client and both perftest peers write last:

@@ -65,8 +65,15 @@ const (
 	// DefaultCacheLine is perftest's default cache line size in bytes.
 	DefaultCacheLine = 64
 	// MaxCycleBuffer is the largest cycle buffer a peer may ask for here
-	// (1 GiB); perftest's are a page.
+	// (1 GiB) whatever the limit; perftest's are a page.
 	MaxCycleBuffer = 1 << 30
+	// DefaultCycleBufferLimit is the largest cycle buffer a peer may ask
+	// for by default (Perftest.CycleBufferLimit): 256 KiB. perftest sends
+	// its page size in every mode (sysconf(_SC_PAGESIZE) in
+	// init_perftest_params, perftest_parameters.c), and no Linux
+	// architecture has pages larger than 256 KiB (4 KiB on x86, up to
+	// 64 KiB on arm64 and ppc64, 256 KiB on hexagon and 44x).
+	DefaultCycleBufferLimit = 256 << 10
 )
 
 // PerftestKey is one QP's key string (struct pingpong_dest as perftest
@@ -191,6 +198,12 @@ type BWReport struct {
 // program does. Its zero value is not usable; use NewPerftestClient or
 // NewPerftestServer.
 type Perftest struct {
+	// CycleBufferLimit is the largest cycle buffer SysData accepts from
+	// the peer, in bytes (0: DefaultCycleBufferLimit; at most
+	// MaxCycleBuffer). The cycle buffer sizes the region each QP
+	// advertises, so this bounds what a peer can make this side allocate.
+	CycleBufferLimit int
+
 	conn    net.Conn
 	msg     PerftestMessenger // instead of conn: perftest -R
 	client  bool
@@ -249,14 +262,22 @@ func (s *Perftest) Versions(ctx context.Context) (string, error) {
 // SysData is check_sys_data: each side sends its cycle buffer and cache
 // line size, and both use the larger of each, which SysData returns.
 // Before 5.32 nothing is exchanged and mine is returned. A peer whose
-// values make a cycle buffer above MaxCycleBuffer or a cache line larger
-// than the cycle buffer is refused.
+// values make a cycle buffer above CycleBufferLimit (ErrCycleBuffer; above
+// MaxCycleBuffer, or negative, ErrMalformed) or a cache line larger than
+// the cycle buffer (ErrMalformed) is refused.
 func (s *Perftest) SysData(ctx context.Context, mine SysData) (SysData, error) {
 	if err := s.needVersion("system data"); err != nil {
 		return mine, err
 	}
-	if mine.CycleBuffer < 1 || mine.CacheLine < 1 || mine.CycleBuffer > MaxCycleBuffer || mine.CacheLine > mine.CycleBuffer {
-		return mine, fmt.Errorf("perftest system data: cycle buffer %d and cache line %d bytes: need 1 <= cache line <= cycle buffer <= %d", mine.CycleBuffer, mine.CacheLine, MaxCycleBuffer)
+	limit := s.CycleBufferLimit
+	if limit == 0 {
+		limit = DefaultCycleBufferLimit
+	}
+	if limit < 0 || limit > MaxCycleBuffer {
+		return mine, fmt.Errorf("perftest system data: cycle buffer limit %d bytes: must be 1 to %d", limit, MaxCycleBuffer)
+	}
+	if mine.CycleBuffer < 1 || mine.CacheLine < 1 || mine.CycleBuffer > limit || mine.CacheLine > mine.CycleBuffer {
+		return mine, fmt.Errorf("perftest system data: cycle buffer %d and cache line %d bytes: need 1 <= cache line <= cycle buffer <= %d", mine.CycleBuffer, mine.CacheLine, limit)
 	}
 	if s.peerVer < 5.32 {
 		return mine, nil
@@ -275,7 +296,13 @@ func (s *Perftest) SysData(ctx context.Context, mine SysData) (SysData, error) {
 		}
 		*v.use = max(v.mine, int(int32(binary.BigEndian.Uint32(rem))))
 	}
-	if got.CycleBuffer > MaxCycleBuffer || got.CacheLine > got.CycleBuffer {
+	if got.CycleBuffer > MaxCycleBuffer {
+		return got, fmt.Errorf("%w: the peer asks for a cycle buffer of %d bytes", ErrMalformed, got.CycleBuffer)
+	}
+	if got.CycleBuffer > limit {
+		return got, fmt.Errorf("%w: the peer asks for a cycle buffer of %d bytes, above the limit of %d (perftest sends its page size)", ErrCycleBuffer, got.CycleBuffer, limit)
+	}
+	if got.CacheLine > got.CycleBuffer {
 		return got, fmt.Errorf("%w: the peer asks for a cycle buffer of %d bytes and a cache line of %d", ErrMalformed, got.CycleBuffer, got.CacheLine)
 	}
 	return got, nil
@@ -347,6 +374,126 @@ func (s *Perftest) Keys(ctx context.Context, mine []PerftestKey) ([]PerftestKey,
 	}
 	s.keys = keys
 	return rem, nil
+}
+
+// KeysAfter is Keys with this side's keys made by mine only once the
+// peer has shown itself: a server (which reads first in every exchange)
+// reads the peer's first key and parses it before it calls mine, so that
+// what mine allocates (QPs, the memory they advertise) is allocated only
+// for a peer that got that far; a client, which writes first, calls mine
+// at once. mine must return n keys. A peer's key that does not parse is
+// an error before mine is called.
+func (s *Perftest) KeysAfter(ctx context.Context, n int, mine func() ([]PerftestKey, error)) ([]PerftestKey, error) {
+	if err := s.needVersion("key exchange"); err != nil {
+		return nil, err
+	}
+	if n < 1 {
+		return nil, errors.New("perftest key exchange: no QP")
+	}
+	if s.client {
+		m, err := mine()
+		if err != nil {
+			return nil, err
+		}
+		if len(m) != n {
+			return nil, fmt.Errorf("perftest key exchange: %d keys for %d QPs", len(m), n)
+		}
+		return s.Keys(ctx, m)
+	}
+	keyLen := PerftestKeyLen
+	if s.msg != nil {
+		keyLen = PerftestDestLen
+	}
+	what := "key string of QP 0"
+	rb, err := s.recv(ctx, what, keyLen)
+	if err != nil {
+		return nil, err
+	}
+	first, err := s.parseKey(rb)
+	if err != nil {
+		return nil, err
+	}
+	m, err := mine()
+	if err != nil {
+		return nil, err
+	}
+	if len(m) != n {
+		return nil, fmt.Errorf("perftest key exchange: %d keys for %d QPs", len(m), n)
+	}
+	keys := make([][]byte, n)
+	for i, k := range m {
+		if keys[i], err = s.appendKey(k); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.send(ctx, what, keys[0]); err != nil {
+		return nil, err
+	}
+	rem := make([]PerftestKey, n)
+	rem[0] = first
+	for i := range n {
+		if i > 0 {
+			rb, err := s.xchg(ctx, fmt.Sprintf("key string of QP %d", i), keys[i])
+			if err != nil {
+				return nil, err
+			}
+			if rem[i], err = s.parseKey(rb); err != nil {
+				return nil, err
+			}
+		}
+		if rem[i].GID.Is4() != m[i].GID.Unmap().Is4() {
+			return nil, fmt.Errorf("%w: the peer's GID %s and ours %s (QP %d)", ErrGIDType, GIDString(rem[i].GID), GIDString(m[i].GID), i)
+		}
+	}
+	s.keys = keys
+	return rem, nil
+}
+
+// recv reads one message of n bytes, the first half of a server's
+// exchange.
+func (s *Perftest) recv(ctx context.Context, what string, n int) ([]byte, error) {
+	rem := make([]byte, n)
+	if s.msg != nil {
+		what = "perftest exchange over rdma_cm: " + what
+		got, err := s.msg.RecvMessage(ctx, rem)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		if got != n {
+			return nil, fmt.Errorf("%w: %s: the peer sent %d bytes, not %d", ErrMalformed, what, got, n)
+		}
+		return rem, nil
+	}
+	what = "perftest exchange: " + what
+	release, err := bind(ctx, s.conn)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	defer release()
+	if _, err := io.ReadFull(s.conn, rem); err != nil {
+		return nil, ioErr(ctx, what, n, err)
+	}
+	return rem, nil
+}
+
+// send writes one message, the second half of a server's exchange.
+func (s *Perftest) send(ctx context.Context, what string, b []byte) error {
+	if s.msg != nil {
+		if err := s.msg.SendMessage(ctx, b); err != nil {
+			return fmt.Errorf("perftest exchange over rdma_cm: %s (%d bytes): %w", what, len(b), err)
+		}
+		return nil
+	}
+	what = "perftest exchange: " + what
+	release, err := bind(ctx, s.conn)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	defer release()
+	if _, err := s.conn.Write(b); err != nil {
+		return ioErr(ctx, what, len(b), err)
+	}
+	return nil
 }
 
 // appendKey is k as this session sends it: a key string, or a binary

@@ -22,7 +22,8 @@
 //   - Summary: the counts that `roce-emu decode` prints, per flow: resends
 //     not counted as messages, UD keyed by DETH source QPN, epochs when a
 //     QPN is reused, frames of other pcapng link types and IP fragments
-//     counted, at most MaxFlows flows; Add returns each packet's Mark in
+//     counted, at most MaxFlows flows (beyond them untracked, or with
+//     EvictFlows the least recently seen evicted and counted); Add returns each packet's Mark in
 //     its flow (retransmission, duplicate, out-of-order).
 //   - Package analyze (pcap/analyze) rebuilds connections and what
 //     happened on each: what `roce-emu analyze` prints.

@@ -3,6 +3,7 @@ package pcap
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 
 	"github.com/roce-emu/roce-emu/bth"
@@ -38,11 +39,26 @@ type Summary struct {
 	// FlowsNotTracked counts packets that would have started a flow
 	// beyond MaxFlows: they are in the totals above, in no flow.
 	FlowsNotTracked int `json:"flows_not_tracked"`
+	// FlowsEvicted counts the flows EvictFlows took out of Flows, and
+	// EvictedPackets the packets they held (in the totals above).
+	FlowsEvicted   int `json:"flows_evicted"`
+	EvictedPackets int `json:"evicted_packets"`
 	// MaxFlows bounds Flows (0: DefaultMaxFlows), so that memory stays
 	// bounded whatever the capture.
 	MaxFlows int `json:"-"`
+	// EvictFlows: a packet that starts a flow beyond MaxFlows evicts the
+	// least recently seen flows (a sixteenth of MaxFlows, at least one, at
+	// a time), each handed to OnEvict and counted in FlowsEvicted, and
+	// starts its own; off, it is counted in FlowsNotTracked and in no
+	// flow. A flow that comes back after its eviction starts again, from
+	// epoch 0.
+	EvictFlows bool `json:"-"`
+	// OnEvict, when set, receives each evicted flow, final.
+	OnEvict func(*Flow) `json:"-"`
 
 	flowIndex map[flowKey]*Flow
+	seq       uint64   // packets added to flows, the clock of Flow.lastSeen
+	scratch   []uint64 // for evict
 	// reads holds the RC requests flows from one address to another, to
 	// find the one whose READ a response answers.
 	reads map[[2]netip.Addr][]*Flow
@@ -111,6 +127,9 @@ type Flow struct {
 	reads        []pendingRead // the latest READ requests of a requests flow
 	lastACKPSN   uint32        // PSN and syndrome of the last AETH, with LastMSN
 	lastSyndrome bth.Syndrome
+	key          flowKey
+	lastSeen     uint64 // Summary.seq of its last packet
+	evicted      bool
 }
 
 // pendingRead is a READ request whose responses may extend its flow's PSN
@@ -259,8 +278,11 @@ func (s *Summary) Add(k Kind, rec *Record) Mark {
 			limit = DefaultMaxFlows
 		}
 		if len(s.Flows) >= limit {
-			s.FlowsNotTracked++
-			return MarkNone
+			if !s.EvictFlows {
+				s.FlowsNotTracked++
+				return MarkNone
+			}
+			s.evict(max(1, limit/16))
 		}
 	}
 	switch {
@@ -306,6 +328,8 @@ func (s *Summary) Add(k Kind, rec *Record) Mark {
 			f.reads = f.reads[1:]
 		}
 	}
+	s.seq++
+	f.lastSeen = s.seq
 	if !containsPort(f.SrcPorts, int(rec.SrcPort)) {
 		f.SrcPorts = append(f.SrcPorts, int(rec.SrcPort))
 		sort.Ints(f.SrcPorts)
@@ -355,7 +379,7 @@ func newEpoch(f *Flow, psn bth.PSN) bool {
 
 func (s *Summary) newFlow(key flowKey, psn bth.PSN, epoch int) *Flow {
 	f := &Flow{Src: key.src.String(), Dst: key.dst.String(), DestQP: key.qpn, Kind: key.kind, Transport: key.transport.String(),
-		FirstPSN: uint32(psn), LastPSN: uint32(psn), Epoch: epoch}
+		FirstPSN: uint32(psn), LastPSN: uint32(psn), Epoch: epoch, key: key}
 	if key.transport == bth.TransportUD && key.kind == FlowRequests {
 		f.SrcQP = &key.srcQP
 	}
@@ -375,6 +399,53 @@ func (s *Summary) newFlow(key flowKey, psn bth.PSN, epoch int) *Flow {
 		s.reads[hk] = append(list, f)
 	}
 	return f
+}
+
+// evict takes the n least recently seen flows out of Flows (keeping the
+// order of the others), out of the index and the READ lists, and hands
+// each to OnEvict.
+func (s *Summary) evict(n int) {
+	n = min(n, len(s.Flows))
+	if n == 0 {
+		return
+	}
+	seen := s.scratch[:0]
+	for _, f := range s.Flows {
+		seen = append(seen, f.lastSeen)
+	}
+	slices.Sort(seen)
+	cut := seen[n-1] // every packet has its own seq: exactly n flows are at or below
+	s.scratch = seen[:0]
+	keep := s.Flows[:0]
+	lists := map[[2]netip.Addr]bool{}
+	for _, f := range s.Flows {
+		if f.lastSeen > cut {
+			keep = append(keep, f)
+			continue
+		}
+		f.evicted = true
+		if s.flowIndex[f.key] == f {
+			delete(s.flowIndex, f.key)
+		}
+		if f.key.kind == FlowRequests && f.key.transport == bth.TransportRC {
+			lists[[2]netip.Addr{f.key.src, f.key.dst}] = true
+		}
+		s.FlowsEvicted++
+		s.EvictedPackets += f.Packets
+		if s.OnEvict != nil {
+			s.OnEvict(f)
+		}
+	}
+	clear(s.Flows[len(keep):])
+	s.Flows = keep
+	for hk := range lists {
+		l := slices.DeleteFunc(s.reads[hk], func(f *Flow) bool { return f.evicted })
+		if len(l) == 0 {
+			delete(s.reads, hk)
+		} else {
+			s.reads[hk] = l
+		}
+	}
 }
 
 // readResponse extends the PSN range of the requests flow whose READ the

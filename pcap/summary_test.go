@@ -104,3 +104,55 @@ func TestSummaryFlowsByTransport(t *testing.T) {
 	assert.Equal(t, 2, s.Flows[0].Packets)
 	assert.Equal(t, uint32(11), s.Flows[0].LastPSN)
 }
+
+// With EvictFlows, a flow beyond MaxFlows evicts the least recently seen
+// one (not the oldest), which is handed to OnEvict with its counts and
+// counted; the others keep their order. A READ's requests flow evicted
+// takes its READs with it: a later response finds nothing to extend.
+func TestSummaryEvictFlows(t *testing.T) {
+	const a, b = "192.0.2.1", "192.0.2.2"
+	s := NewSummary()
+	s.MaxFlows, s.EvictFlows = 2, true
+	var evicted []*Flow
+	s.OnEvict = func(f *Flow) { evicted = append(evicted, f) }
+	qpns := func(fs []*Flow) []uint32 {
+		var out []uint32
+		for _, f := range fs {
+			out = append(out, f.DestQP)
+		}
+		return out
+	}
+	addPacket(t, s, a, b, sendTo(0x80, bth.RCSendOnly, 1))
+	addPacket(t, s, a, b, sendTo(0x81, bth.RCSendOnly, 1))
+	addPacket(t, s, a, b, sendTo(0x80, bth.RCSendOnly, 2)) // 0x81 is now the least recent
+	addPacket(t, s, a, b, sendTo(0x82, bth.RCSendOnly, 1))
+	assert.Equal(t, []uint32{0x80, 0x82}, qpns(s.Flows))
+	assert.Equal(t, []uint32{0x81}, qpns(evicted))
+	assert.Equal(t, 1, evicted[0].Packets)
+	addPacket(t, s, a, b, sendTo(0x81, bth.RCSendOnly, 2)) // back: a new flow; 0x80 goes
+	assert.Equal(t, []uint32{0x82, 0x81}, qpns(s.Flows))
+	assert.Equal(t, []uint32{0x81, 0x80}, qpns(evicted))
+	assert.Equal(t, 2, evicted[1].Packets)
+	assert.Equal(t, 2, s.FlowsEvicted)
+	assert.Equal(t, 3, s.EvictedPackets)
+	assert.Zero(t, s.FlowsNotTracked)
+	assert.Equal(t, 5, s.RoCE)
+	assert.Equal(t, uint32(2), s.Flows[1].FirstPSN, "0x81 started again")
+
+	// A READ request flow, evicted: its response extends nothing.
+	r := NewSummary()
+	r.MaxFlows, r.EvictFlows = 1, true
+	read := &bth.Packet{BTH: bth.BTH{Opcode: bth.RCReadRequest, PKey: bth.DefaultPKey, DestQP: 0x90, PSN: 10},
+		RETH: bth.RETH{VA: 0x1000, RKey: 1, DMALength: 4096}}
+	addPacket(t, r, a, b, read)
+	addPacket(t, r, a, b, sendTo(0x91, bth.RCSendOnly, 1))
+	hk := [2]netip.Addr{netip.MustParseAddr(a), netip.MustParseAddr(b)}
+	require.Len(t, r.reads[hk], 1, "the evicted flow's READs are gone")
+	assert.Equal(t, uint32(0x91), r.reads[hk][0].DestQP)
+	resp := &bth.Packet{BTH: bth.BTH{Opcode: bth.RCReadResponseLast, PKey: bth.DefaultPKey, DestQP: 0x33, PSN: 12},
+		AETH: bth.AETH{Syndrome: bth.ACKSyndrome(31), MSN: 1}, Payload: make([]byte, 16)}
+	addPacket(t, r, b, a, resp)
+	assert.Equal(t, 2, r.FlowsEvicted)
+	assert.Len(t, r.Flows, 1)
+	assert.Empty(t, r.reads, "no requests flow left")
+}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/netip"
 	"path/filepath"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -173,4 +175,237 @@ func TestSwitchRefusesWildcardAddr(t *testing.T) {
 		Senders: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:4791")}, Egress: netip.MustParseAddrPort("127.0.0.2:4791"),
 		Queue: cc.DefaultQueue(cc.Gbps)})
 	assert.Error(t, err, "no address")
+}
+
+// switchPair opens a sender and a receiver on loopback and a switch
+// between them.
+func switchPair(t *testing.T, q cc.QueueConfig, holdBytes int) (sender, receiver transport.Conn, sw *transport.Switch) {
+	t.Helper()
+	var ends [2]transport.Conn
+	for i, a := range []string{"127.0.0.1", "127.0.0.2"} {
+		c, err := transport.ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(a), 0), transport.UDPOptions{EphemeralPort: true})
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		ends[i] = c
+	}
+	sw, err := transport.NewSwitch(transport.SwitchConfig{Addr: netip.MustParseAddr("127.0.0.100"), Ports: []uint16{0},
+		Senders: []netip.AddrPort{ends[0].LocalAddr()}, Egress: ends[1].LocalAddr(), Queue: q, HoldBytes: holdBytes})
+	require.NoError(t, err)
+	t.Cleanup(func() { sw.Close() })
+	return ends[0], ends[1], sw
+}
+
+// sendOnly returns an RC SEND Only packet of n bytes in all (BTH to ICRC)
+// with a valid ICRC for its headers.
+func sendOnly(t *testing.T, n int, psn bth.PSN, from, to netip.AddrPort) []byte {
+	t.Helper()
+	p := bth.Packet{BTH: bth.BTH{Opcode: bth.RCSendOnly, PKey: 0xFFFF, DestQP: 0x11, PSN: psn}, Payload: make([]byte, n-bth.BTHLen-bth.ICRCLen)}
+	for i := range p.Payload {
+		p.Payload[i] = byte(i * 7)
+	}
+	enc := bth.Encap{Src: from.Addr(), Dst: to.Addr(), SrcPort: from.Port(), DstPort: to.Port()}
+	b, err := p.Append(nil, &enc)
+	require.NoError(t, err)
+	require.Len(t, b, n)
+	return b
+}
+
+// Datagrams of every size UDP carries leave the switch whole: 0, 1 and 11
+// bytes (too short for a BTH and an ICRC: counted as not RoCE, forwarded
+// unchanged) and RoCE packets of 19,996 and 65,000 bytes (larger than any
+// MTU, larger than the old 16 KiB read buffers, with their ICRC rewritten).
+func TestSwitchForwardsEverySize(t *testing.T) {
+	sender, recv, sw := switchPair(t, cc.DefaultQueue(10*cc.Gbps), 0)
+	port := sw.Ports()[0]
+	var want [][]byte
+	for _, n := range []int{0, 1, 11} {
+		want = append(want, bytes.Repeat([]byte{0xA5}, n))
+	}
+	want = append(want, sendOnly(t, 19996, 1, sender.LocalAddr(), port), sendOnly(t, 65000, 2, sender.LocalAddr(), port))
+	for _, b := range want {
+		_, err := sender.WriteBatch([]transport.Datagram{{Data: b, Src: sender.LocalAddr(), Dst: port}})
+		require.NoError(t, err, "%d bytes", len(b))
+	}
+	got := make([]transport.Datagram, 1)
+	out := bth.Encap{Src: port.Addr(), Dst: recv.LocalAddr().Addr(), SrcPort: port.Port(), DstPort: recv.LocalAddr().Port()}
+	for i, w := range want {
+		got[0].Data = make([]byte, 0, 65535)
+		n, err := recv.ReadBatch(got)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		d := got[0].Data
+		require.Len(t, d, len(w), "datagram %d", i)
+		if len(w) < 100 {
+			assert.Equal(t, w, d, "datagram %d forwarded unchanged", i)
+			continue
+		}
+		_, _, err = out.VerifyICRC(d)
+		assert.NoError(t, err, "%d bytes: ICRC rewritten for the switch's headers", len(d))
+		assert.Equal(t, w[:len(w)-bth.ICRCLen], d[:len(d)-bth.ICRCLen], "%d bytes: headers and payload intact", len(d))
+	}
+	assert.Eventually(t, func() bool { return sw.Stats().Forwarded == 5 }, 5*time.Second, time.Millisecond)
+	st := sw.Stats()
+	assert.Equal(t, uint64(3), st.NotRoCE, "0, 1 and 11 bytes are not RoCE")
+	assert.Zero(t, st.Dropped)
+}
+
+// A third host that sends to a sender's switch port is dropped and
+// counted: its packet, valid for its own headers, does not reach the
+// receiver with an ICRC the switch made valid. The sender's packet after
+// it goes through.
+func TestSwitchDropsForeignSource(t *testing.T) {
+	sender, recv, sw := switchPair(t, cc.DefaultQueue(10*cc.Gbps), 0)
+	port := sw.Ports()[0]
+	third, err := transport.ListenUDP(netip.MustParseAddrPort("127.0.0.9:0"), transport.UDPOptions{EphemeralPort: true})
+	require.NoError(t, err)
+	defer third.Close()
+	forged := sendOnly(t, 64, 7, third.LocalAddr(), port)
+	_, err = third.WriteBatch([]transport.Datagram{{Data: forged, Src: third.LocalAddr(), Dst: port}})
+	require.NoError(t, err)
+	real := sendOnly(t, 64, 8, sender.LocalAddr(), port)
+	_, err = sender.WriteBatch([]transport.Datagram{{Data: real, Src: sender.LocalAddr(), Dst: port}})
+	require.NoError(t, err)
+	got := make([]transport.Datagram, 4)
+	n, err := recv.ReadBatch(got)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	var p bth.Packet
+	require.NoError(t, p.Decode(got[0].Data))
+	assert.Equal(t, bth.PSN(8), p.BTH.PSN, "only the sender's packet")
+	// The switch reads its port in order: the forged datagram was
+	// counted before the real one was forwarded.
+	st := sw.Stats()
+	assert.Equal(t, uint64(1), st.ForeignSource)
+	assert.Equal(t, uint64(1), st.Dropped)
+	// Forwarded counts a datagram once its send has returned, which may
+	// be after the receiver has it.
+	assert.Eventually(t, func() bool { return sw.Stats().Forwarded == 1 }, 5*time.Second, time.Millisecond)
+}
+
+// A flood of 16,000-byte datagrams into a PFC switch with a 100 Mb/s
+// egress, far faster than the egress drains: the PFC hold stops at its
+// configured bytes and drops the rest, counted, and the process's heap
+// stays within the switch's configured bytes (hold and buffer) + 64 MiB.
+// (Before, the hold was bounded by a count, 100,000 datagrams: 1.6 GB of
+// these.)
+func TestSwitchPFCFloodBoundedBytes(t *testing.T) {
+	q := cc.QueueConfig{LineRate: 100 * cc.Mbps, Buffer: 4 << 20, KMin: 1 << 20, KMax: 2 << 20, PMax: 0.1, PFC: true, XOFF: 2 << 20, XON: 1 << 20}
+	const hold = 8 << 20
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapInuse
+	sender, _, sw := switchPair(t, q, hold)
+	port := sw.Ports()[0]
+
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		var ms runtime.MemStats
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > peak.Load() {
+				peak.Store(ms.HeapInuse)
+			}
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	pkt := sendOnly(t, 16000, 1, sender.LocalAddr(), port)
+	batch := make([]transport.Datagram, 16)
+	for k := range batch {
+		batch[k] = transport.Datagram{Data: pkt, Src: sender.LocalAddr(), Dst: port}
+	}
+	// Send until the switch has dropped 320 MB at its hold (20,000
+	// datagrams), or 200,000 datagrams (3.2 GB) have been sent.
+	sent := 0
+	for ; sent < 200000 && sw.Stats().HoldDrops < 20000; sent += len(batch) {
+		_, err := sender.WriteBatch(batch)
+		require.NoError(t, err)
+	}
+	close(stop)
+	<-sampled
+	st := sw.Stats()
+	t.Logf("sent %d datagrams of 16000 bytes; switch: %+v; heap in use %d MiB at the start, %d MiB at the peak",
+		sent, st, base>>20, peak.Load()>>20)
+	assert.GreaterOrEqual(t, st.HoldDrops, uint64(20000), "the flood overflowed the hold")
+	assert.NotZero(t, st.Pauses)
+	assert.LessOrEqual(t, st.HeldMax, hold)
+	assert.LessOrEqual(t, st.QueueMax, q.Buffer)
+	assert.Equal(t, st.TailDrops+st.HoldDrops+st.ForeignSource+st.Oversize+st.SendErrors, st.Dropped)
+	limit := uint64(hold + q.Buffer + 64<<20)
+	assert.LessOrEqual(t, peak.Load(), base+limit, "heap within hold + buffer + 64 MiB")
+}
+
+// With PinSourcePorts, another process on the sender's address (another
+// source port) cannot send to a QPN the sender already uses, nor past
+// MaxPinned QPNs, nor send non-RoCE datagrams; the sender's own packets
+// go through.
+func TestSwitchPinSourcePorts(t *testing.T) {
+	var ends [2]transport.Conn
+	for i, a := range []string{"127.0.0.1", "127.0.0.2"} {
+		c, err := transport.ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(a), 0), transport.UDPOptions{EphemeralPort: true})
+		require.NoError(t, err)
+		defer c.Close()
+		ends[i] = c
+	}
+	sender, recv := ends[0], ends[1]
+	sw, err := transport.NewSwitch(transport.SwitchConfig{Addr: netip.MustParseAddr("127.0.0.100"), Ports: []uint16{0},
+		Senders: []netip.AddrPort{sender.LocalAddr()}, Egress: recv.LocalAddr(), Queue: cc.DefaultQueue(10 * cc.Gbps),
+		PinSourcePorts: true, MaxPinned: 2})
+	require.NoError(t, err)
+	defer sw.Close()
+	port := sw.Ports()[0]
+	other, err := transport.ListenUDP(netip.MustParseAddrPort("127.0.0.1:0"), transport.UDPOptions{EphemeralPort: true})
+	require.NoError(t, err)
+	defer other.Close()
+	to := func(c transport.Conn, qpn uint32, psn bth.PSN) []byte {
+		p := bth.Packet{BTH: bth.BTH{Opcode: bth.RCSendOnly, PKey: 0xFFFF, DestQP: qpn, PSN: psn}, Payload: []byte("data")}
+		enc := bth.Encap{Src: c.LocalAddr().Addr(), Dst: port.Addr(), SrcPort: c.LocalAddr().Port(), DstPort: port.Port()}
+		b, err := p.Append(nil, &enc)
+		require.NoError(t, err)
+		return b
+	}
+	for _, m := range []struct {
+		from transport.Conn
+		data []byte
+	}{
+		{sender, to(sender, 0x11, 1)}, // pins 0x11 to the sender's port: forwarded
+		{other, to(other, 0x11, 2)},   // 0x11 from another port: dropped
+		{other, to(other, 0x12, 3)},   // pins 0x12 to the other port: forwarded
+		{other, to(other, 0x13, 4)},   // a third QPN, past MaxPinned: dropped
+		{other, []byte("hello")},      // not RoCE, not from the sender's address:port: dropped
+		{sender, []byte("hi")},        // not RoCE, from it: forwarded
+		{sender, to(sender, 0x11, 5)}, // forwarded
+	} {
+		_, err := m.from.WriteBatch([]transport.Datagram{{Data: m.data, Src: m.from.LocalAddr(), Dst: port}})
+		require.NoError(t, err)
+	}
+	var psns []bth.PSN
+	var others []string
+	got := make([]transport.Datagram, 1)
+	for len(psns)+len(others) < 4 {
+		got[0].Data = make([]byte, 0, 2048)
+		_, err := recv.ReadBatch(got)
+		require.NoError(t, err)
+		var p bth.Packet
+		if len(got[0].Data) < bth.BTHLen+bth.ICRCLen || p.Decode(got[0].Data) != nil {
+			others = append(others, string(got[0].Data))
+			continue
+		}
+		psns = append(psns, p.BTH.PSN)
+	}
+	assert.Equal(t, []bth.PSN{1, 3, 5}, psns)
+	assert.Equal(t, []string{"hi"}, others)
+	st := sw.Stats()
+	assert.Equal(t, uint64(3), st.ForeignPort)
+	assert.Equal(t, uint64(3), st.Dropped)
+	assert.Zero(t, st.ForeignSource)
 }

@@ -24,7 +24,7 @@ func runAnalyze(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, `write one JSON object per file: {"file", "connections": [...], "summary": {...}}`)
 	port := fs.Uint("udp-port", 4791, "UDP destination `port` that marks RoCEv2 packets")
-	maxConns := fs.Int("max-connections", 4096, "connections tracked at once (the least recently active is evicted and counted)")
+	maxConns := fs.Int("max-connections", 4096, "connections tracked at once (beyond them the least recently active sixteenth is evicted and counted)")
 	mtu := fs.Int("mtu", 0, "path MTU in bytes (0: inferred from FIRST and MIDDLE payloads)")
 	minCNP := fs.Duration("min-cnp-interval", 0, "count CNP intervals shorter than this (0: not checked)")
 	bin := fs.Duration("bin", 0, "throughput bin (0: 1ms)")

@@ -25,6 +25,7 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	port := fs.Uint("udp-port", 4791, "UDP destination `port` that marks RoCEv2 packets")
 	qpFlag := fs.String("qp", "", "print only packets to or from `QPN` (destination QPN, or a UD packet's DETH source QPN; 0x for hex); the summary counts all")
 	opFlag := fs.String("opcode", "", "print only packets of `OPCODE` (RC_SEND_ONLY, CNP, ... or a number); the summary counts all")
+	maxFlows := fs.Int("max-flows", pcap.DefaultMaxFlows, "flows tracked at once: beyond them the least recently seen are evicted (a sixteenth at a time), each printed when evicted and counted in the summary")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: roce-emu decode [--json] [--udp-port PORT] [--qp QPN] [--opcode OPCODE] FILE...")
 		fmt.Fprintln(stderr, "\nDecodes every RoCEv2 packet (UDP destination port 4791) in pcap or pcapng")
@@ -63,6 +64,10 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "roce-emu decode: --udp-port %d: must be 1-65535\n", *port)
 		return 2
 	}
+	if *maxFlows < 1 {
+		fmt.Fprintf(stderr, "roce-emu decode: --max-flows %d: must be at least 1\n", *maxFlows)
+		return 2
+	}
 	var flt packetFilter
 	if *qpFlag != "" {
 		v, err := strconv.ParseUint(*qpFlag, 0, 32)
@@ -84,7 +89,7 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	defer out.Flush()
 	code := 0
 	for _, name := range files {
-		if err := decodeFile(name, uint16(*port), *asJSON, len(files) > 1, flt, out); err != nil {
+		if err := decodeFile(name, uint16(*port), *asJSON, len(files) > 1, *maxFlows, flt, out); err != nil {
 			out.Flush()
 			fmt.Fprintf(stderr, "roce-emu decode: %v\n", err)
 			code = 1
@@ -131,7 +136,7 @@ func parseOpcode(s string) (bth.Opcode, bool) {
 	return 0, false
 }
 
-func decodeFile(name string, port uint16, asJSON, many bool, flt packetFilter, out *bufio.Writer) error {
+func decodeFile(name string, port uint16, asJSON, many bool, maxFlows int, flt packetFilter, out *bufio.Writer) error {
 	r, err := pcap.Open(name)
 	if err != nil {
 		return err
@@ -144,6 +149,19 @@ func decodeFile(name string, port uint16, asJSON, many bool, flt packetFilter, o
 	d.Port = port
 	sum := pcap.NewSummary()
 	enc := json.NewEncoder(out)
+	// Flows beyond maxFlows evict the least recently seen, printed here
+	// as they go: memory stays bounded, and no flow goes unreported.
+	sum.MaxFlows, sum.EvictFlows = maxFlows, true
+	sum.OnEvict = func(f *pcap.Flow) {
+		if asJSON {
+			enc.Encode(struct {
+				File        string     `json:"file"`
+				EvictedFlow *pcap.Flow `json:"evicted_flow"`
+			}{name, f})
+			return
+		}
+		fmt.Fprintf(out, "evicted flow %s\n", f)
+	}
 	var rec pcap.Record
 	var start time.Time
 	var js jsonScratch
@@ -471,6 +489,10 @@ func writeSummary(out *bufio.Writer, enc *json.Encoder, asJSON bool, file string
 	}
 	if s.FlowsNotTracked > 0 {
 		fmt.Fprintf(out, "  %d packets in flows beyond the %d tracked\n", s.FlowsNotTracked, len(s.Flows))
+	}
+	if s.FlowsEvicted > 0 {
+		fmt.Fprintf(out, "  %d flows (%d packets) evicted, least recently seen first, beyond --max-flows %d; each printed when evicted\n",
+			s.FlowsEvicted, s.EvictedPackets, s.MaxFlows)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/roce-emu/roce-emu/oob"
 	"github.com/roce-emu/roce-emu/qp"
 )
 
@@ -43,6 +44,7 @@ type perfFlags struct {
 	jsonFile   string
 	timeout    time.Duration
 	perftest   bool
+	maxCycle   int      // the largest cycle buffer a peer may announce
 	noEffect   []string // perftest flags given that change nothing here, with why
 }
 
@@ -136,6 +138,7 @@ func (f *perfFlags) register(fs *flag.FlagSet, kind string) {
 	fs.BoolVar(&f.outJSON, "out_json", false, "also write the test's parameters and last result to --out_json_file, with perftest's keys")
 	fs.StringVar(&f.jsonFile, "out_json_file", "perftest_out.json", "the `file` --out_json writes (perftest's default name)")
 	fs.DurationVar(&f.timeout, "timeout", 120*time.Second, "give up when the run takes longer than this")
+	fs.IntVar(&f.maxCycle, "max-cycle-buffer", oob.DefaultCycleBufferLimit, "the largest cycle buffer in `bytes` the peer may ask for (perftest sends its page size; each QP's advertised region is at least this large); up to 1073741824")
 	fs.BoolVar(&f.perftest, "perftest", true, "accepted for compatibility: bw and lat always speak perftest 6.06's out-of-band protocol")
 	for _, ne := range perftestNoEffect {
 		fs.Var(&noEffectFlag{f: f, name: ne.name, isBool: ne.isBool, why: ne.reasons}, ne.name, ne.usage+" (accepted, no effect)")
@@ -196,6 +199,8 @@ func (f *perfFlags) check(kind string, sizeSet bool) (qp.WROpcode, qp.MTU, error
 		return 0, 0, fmt.Errorf("-q %d: perftest's latency tests run one QP; -q is for bw", f.qps)
 	case f.port < 1 || f.port > 65535:
 		return 0, 0, fmt.Errorf("-p %d: TCP port must be 1-65535", f.port)
+	case f.maxCycle < oob.DefaultCycleBuffer || f.maxCycle > oob.MaxCycleBuffer:
+		return 0, 0, fmt.Errorf("--max-cycle-buffer %d: must be %d (a page) to %d bytes", f.maxCycle, oob.DefaultCycleBuffer, oob.MaxCycleBuffer)
 	case f.qpTimeout < 0 || f.qpTimeout > 31:
 		return 0, 0, fmt.Errorf("-u %d: QP timeout must be 0 to 31", f.qpTimeout)
 	case f.duration < 0 || f.duration > 24*3600:

@@ -68,7 +68,7 @@ func TestLat(t *testing.T) {
 }
 
 func TestPerfBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"bw", "-o", "atomic", "-s", "64"}, {"bw", "--run_infinitely"}, {"bw", "-q", "0"}, {"lat", "-q", "2"}, {"bw", "-c", "UD"}, {"bw", "-s", "0"}, {"lat", "-n", "-1"}, {"bw", "a", "b"}, {"lat", "-m", "9000"}} {
+	for _, args := range [][]string{{"bw", "-o", "atomic", "-s", "64"}, {"bw", "--run_infinitely"}, {"bw", "-q", "0"}, {"lat", "-q", "2"}, {"bw", "-c", "UD"}, {"bw", "-s", "0"}, {"lat", "-n", "-1"}, {"bw", "a", "b"}, {"lat", "-m", "9000"}, {"bw", "--max-cycle-buffer", "100"}, {"bw", "--max-cycle-buffer", "2147483648"}} {
 		var o, e bytes.Buffer
 		assert.Equal(t, 2, run(args, &o, &e), "%v", args)
 		assert.NotEmpty(t, e.String())

@@ -164,12 +164,16 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		}
 	}
 
+	s.CycleBufferLimit = f.maxCycle
 	// Versions, system data and MTU, before the QPs exist.
 	peerVer, err := s.Versions(ctx)
 	if err != nil {
 		return err
 	}
 	sys, err := s.SysData(ctx, oob.SysData{CycleBuffer: oob.DefaultCycleBuffer, CacheLine: oob.DefaultCacheLine})
+	if errors.Is(err, oob.ErrCycleBuffer) {
+		return fmt.Errorf("%w (--max-cycle-buffer %d; raise it to accept this peer)", err, f.maxCycle)
+	}
 	if err != nil {
 		return err
 	}
@@ -213,26 +217,44 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 			return pcm.connectQP(ctx, pd, cq, init, access, cmReads, curMTU, recvs)
 		}
 	}
-	if r, err = newPerftestTraffic(ctx, ep, kind, op, client, f.bidir, size, iters, f.txDepth, f.rxDepth, f.qps, sys, &f.ccFlags, connect); err != nil {
-		return err
+	// The QPs and their memory (sized by the cycle buffer the peer
+	// announced): over rdma_cm, before the data QPs' connections; over
+	// TCP, a server makes them only once the peer's first key has come
+	// and parsed (KeysAfter), so that a peer that announces a large cycle
+	// buffer and sends nothing more costs nothing.
+	var locals []oob.PerftestKey
+	makeTraffic := func() ([]oob.PerftestKey, error) {
+		var err error
+		if r, err = newPerftestTraffic(ctx, ep, kind, op, client, f.bidir, size, iters, f.txDepth, f.rxDepth, f.qps, sys, &f.ccFlags, connect); err != nil {
+			return nil, err
+		}
+		r.noPeak = f.noPeak
+		if connect != nil {
+			if err := s.Barrier(ctx, "after the rdma_cm connections"); err != nil {
+				return nil, err
+			}
+		}
+		locals = make([]oob.PerftestKey, len(r.qps))
+		for i, pq := range r.qps {
+			locals[i] = oob.PerftestKey{OutReads: outReads, QPN: pq.q.QPN(), PSN: randomPSN(), GID: ep.LocalAddr().Addr(),
+				RKey: r.mr.RKey, VA: r.mr.VA + uint64(r.advAt(i))}
+			if connect != nil {
+				// The PSN rdma_cm gave the QP (perftest sends and prints a
+				// random one its QP does not use).
+				locals[i].PSN = pcm.data[i].Params().SQPSN
+			}
+		}
+		return locals, nil
 	}
-	r.noPeak = f.noPeak
+	var remotes []oob.PerftestKey
 	if connect != nil {
-		if err := s.Barrier(ctx, "after the rdma_cm connections"); err != nil {
+		if _, err := makeTraffic(); err != nil {
 			return err
 		}
+		remotes, err = s.Keys(ctx, locals)
+	} else {
+		remotes, err = s.KeysAfter(ctx, f.qps, makeTraffic)
 	}
-	locals := make([]oob.PerftestKey, len(r.qps))
-	for i, pq := range r.qps {
-		locals[i] = oob.PerftestKey{OutReads: outReads, QPN: pq.q.QPN(), PSN: randomPSN(), GID: ep.LocalAddr().Addr(),
-			RKey: r.mr.RKey, VA: r.mr.VA + uint64(r.advAt(i))}
-		if connect != nil {
-			// The PSN rdma_cm gave the QP (perftest sends and prints a
-			// random one its QP does not use).
-			locals[i].PSN = pcm.data[i].Params().SQPSN
-		}
-	}
-	remotes, err := s.Keys(ctx, locals)
 	if err != nil {
 		return err
 	}

@@ -31,12 +31,17 @@ func runSwitch(args []string, stdout, stderr io.Writer) int {
 	every := fs.Duration("stats", 0, "print the counters this often (default: only at the end)")
 	asJSON := fs.Bool("json", false, "print the counters as JSON")
 	seed := fs.Uint64("seed", 1, "random `seed` of the marking")
+	pin := fs.Bool("pin-source-ports", false, "through each sender's port, forward the packets to each destination QPN only from the UDP source port of the first one (and other datagrams only from the sender's own address:port); others are dropped and counted as foreign port")
+	holdBytes := fs.Int("hold-bytes", transport.DefaultSwitchHoldBytes, "with --pfc, the `bytes` of datagrams held while the egress is paused (on the wire, plus 128 each); beyond them datagrams are dropped and counted")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: roce-emu switch --receiver ADDR:PORT --link PORT=SENDER:PORT [--link ...] [flags]")
 		fmt.Fprintln(stderr, "\nA userspace switch between RoCEv2 peers on real sockets, for machines without red or")
 		fmt.Fprintln(stderr, "netem: what senders send to their port goes through one egress queue (line rate,")
 		fmt.Fprintln(stderr, "WRED-ECN marking, tail drop or PFC hold) to the receiver; what the receiver sends")
 		fmt.Fprintln(stderr, "back goes straight to the sender. ICRCs are rewritten for the switch's headers.")
+		fmt.Fprintln(stderr, "A port forwards only what comes from its sender's address (or the receiver's); the")
+		fmt.Fprintln(stderr, "queue (--buffer) and the PFC hold (--hold-bytes) are bounded in bytes. Every drop")
+		fmt.Fprintln(stderr, "is counted by cause in the counters.")
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
@@ -65,7 +70,10 @@ func runSwitch(args []string, stdout, stderr io.Writer) int {
 	if len(recvs) == 0 {
 		return fail("--receiver: give the receiver's ADDRESS:PORT, e.g. 127.0.0.2:4791")
 	}
-	cfg := transport.SwitchConfig{Addr: a, Egress: recvs[0], Seed: *seed}
+	if *holdBytes < 1 {
+		return fail("--hold-bytes %d: must be at least 1", *holdBytes)
+	}
+	cfg := transport.SwitchConfig{Addr: a, Egress: recvs[0], Seed: *seed, HoldBytes: *holdBytes, PinSourcePorts: *pin}
 	for _, l := range links {
 		p, s, ok := strings.Cut(l, "=")
 		port, perr := strconv.ParseUint(p, 10, 16)
@@ -100,7 +108,11 @@ func runSwitch(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer sw.Close()
-	fmt.Fprintf(stdout, "switch at %s: egress %v to %s, WRED-ECN Kmin %d Kmax %d Pmax %g, buffer %d, PFC %v\n", a, r, receivers.String(), q.KMin, q.KMax, q.PMax, q.Buffer, q.PFC)
+	fmt.Fprintf(stdout, "switch at %s: egress %v to %s, WRED-ECN Kmin %d Kmax %d Pmax %g, buffer %d, PFC %v", a, r, receivers.String(), q.KMin, q.KMax, q.PMax, q.Buffer, q.PFC)
+	if q.PFC {
+		fmt.Fprintf(stdout, " (hold %d)", cfg.HoldBytes)
+	}
+	fmt.Fprintln(stdout)
 	for i, p := range sw.Ports() {
 		to := ""
 		if len(cfg.Receivers) > 0 {
@@ -114,8 +126,9 @@ func runSwitch(args []string, stdout, stderr io.Writer) int {
 			json.NewEncoder(stdout).Encode(st)
 			return
 		}
-		fmt.Fprintf(stdout, "forwarded %d, returned %d, marked CE %d, dropped %d, pauses %d, queue %d B (max %d B)\n",
-			st.Forwarded, st.Returned, st.Marked, st.Dropped, st.Pauses, st.QueueBytes, st.QueueMax)
+		fmt.Fprintf(stdout, "forwarded %d, returned %d, marked CE %d, dropped %d (tail %d, hold %d, foreign source %d, foreign port %d, oversize %d, send errors %d), pauses %d, not RoCE %d, bad ICRC %d, queue %d B (max %d B), held %d B (max %d B)\n",
+			st.Forwarded, st.Returned, st.Marked, st.Dropped, st.TailDrops, st.HoldDrops, st.ForeignSource, st.ForeignPort, st.Oversize, st.SendErrors,
+			st.Pauses, st.NotRoCE, st.BadICRC, st.QueueBytes, st.QueueMax, st.HeldBytes, st.HeldMax)
 	}
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, os.Interrupt)

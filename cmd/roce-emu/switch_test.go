@@ -155,6 +155,7 @@ func TestSwitchBadFlags(t *testing.T) {
 		{[]string{"--receiver", "127.0.0.2:4791", "--link", "5001=127.0.0.1:4791", "--kmin", "9000", "--kmax", "100"}, "roce-emu switch:"},
 		{[]string{"--receiver", "127.0.0.2:4791", "--receiver", "127.0.0.2:4792", "--link", "5001=127.0.0.1:4791"}, "2 --receiver for 1 --link"},
 		{[]string{"--receiver", "127.0.0.2", "--link", "5001=127.0.0.1:4791"}, "--receiver \"127.0.0.2\""},
+		{[]string{"--receiver", "127.0.0.2:4791", "--link", "5001=127.0.0.1:4791", "--pfc", "--hold-bytes", "0"}, "--hold-bytes"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := runSwitch(tc.args, &stdout, &stderr)
@@ -162,4 +163,52 @@ func TestSwitchBadFlags(t *testing.T) {
 		assert.Contains(t, stderr.String(), tc.want, "%v", tc.args)
 		assert.Empty(t, stdout.String(), "%v: nothing runs", tc.args)
 	}
+}
+
+// The command's final counters give each drop by cause: a third host's
+// datagram (foreign source) and, with --pin-source-ports, one from another
+// port of the sender's address (foreign port).
+func TestSwitchCommandDropCauses(t *testing.T) {
+	const swAddr = "127.0.0.152"
+	third, err := net.ListenPacket("udp", "127.0.0.9:0")
+	require.NoError(t, err)
+	defer third.Close()
+	other, err := net.ListenPacket("udp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer other.Close()
+	var stdout, stderr *lockedBuffer
+	var done chan int
+	var port uint16
+	for attempt := 0; ; attempt++ {
+		port = freeUDPPortOn(t, swAddr)
+		stdout, stderr, done = &lockedBuffer{}, &lockedBuffer{}, make(chan int, 1)
+		args := []string{"--addr", swAddr, "--receiver", "127.0.0.2:4791", "--link", fmt.Sprintf("%d=127.0.0.1:4791", port),
+			"--pin-source-ports", "--pfc", "--hold-bytes", "1048576", "--duration", "2s"}
+		go func() { done <- runSwitch(args, stdout, stderr) }()
+		bound := false
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if strings.Contains(stdout.String(), "<-> sender") {
+				bound = true
+				break
+			}
+			if strings.Contains(stderr.String(), "address already in use") {
+				break
+			}
+		}
+		if bound {
+			break
+		}
+		<-done
+		require.Less(t, attempt, 5, "the switch did not bind its port: %s", stderr.String())
+	}
+	to := &net.UDPAddr{IP: net.ParseIP(swAddr), Port: int(port)}
+	_, err = third.WriteTo([]byte("from a third host"), to)
+	require.NoError(t, err)
+	_, err = other.WriteTo([]byte("from another port"), to)
+	require.NoError(t, err)
+	require.Equal(t, 0, <-done, stderr.String())
+	out := stdout.String()
+	assert.Contains(t, out, "PFC true (hold 1048576)")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	assert.Contains(t, lines[len(lines)-1], "dropped 2 (tail 0, hold 0, foreign source 1, foreign port 1, oversize 0, send errors 0)")
 }

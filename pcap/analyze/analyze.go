@@ -21,14 +21,15 @@
 // Behaviour follows IBTA Vol. 1 chapter 9 (9.7.5 ACK/NAK, 9.7.5.1.2
 // implied NAKs, Table 45 RNR timer) and what rxe and ConnectX put on the
 // wire. Memory is bounded by Config, never by the capture: at most
-// MaxConnections connections (the least recently active is evicted and
-// counted), and per connection at most MaxEvents episodes, RNR waits and
+// MaxConnections connections (the least recently active are evicted, a
+// sixteenth of MaxConnections at a time, and counted), and per connection at most MaxEvents episodes, RNR waits and
 // checks, MaxSamples RTT samples (every other one dropped when full),
 // MaxBins throughput bins (neighbours merged when full), and 64 pending
 // AckReq PSNs and READs.
 package analyze
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -40,7 +41,7 @@ import (
 
 // Config bounds and tunes an Analyzer. Zero values take the defaults.
 type Config struct {
-	MaxConnections int           // connections tracked at once; 4096
+	MaxConnections int           // connections tracked at once; 4096 (beyond, the least recently active sixteenth is evicted)
 	EpochGap       int           // PSNs away from a connection's that start a new epoch; pcap.EpochGap
 	PathMTU        int           // the path MTU, when known; 0: inferred per connection
 	MinCNPInterval time.Duration // CNPs closer than this to the previous one are counted; 0: not checked
@@ -106,6 +107,7 @@ type Analyzer struct {
 	cm       map[cmKey]cmSide    // what the CM told about each direction
 	cmX      map[cmXKey]*CMExchange
 	cmOrder  []*CMExchange // in the order of their first REQ
+	scratch  []*conn             // for evict
 }
 
 // New returns an Analyzer.
@@ -231,14 +233,7 @@ func (a *Analyzer) reqConn(frame int, rec *pcap.Record) *conn {
 
 func (a *Analyzer) newConn(k reqKey, rec *pcap.Record, epoch int) *conn {
 	if len(a.conns) >= a.cfg.MaxConnections {
-		var old *conn
-		for _, c := range a.conns {
-			if old == nil || c.lastTime.Before(old.lastTime) || (c.lastTime.Equal(old.lastTime) && c.id < old.id) {
-				old = c
-			}
-		}
-		a.drop(old)
-		a.sum.EvictedConnections++
+		a.evict(max(1, a.cfg.MaxConnections/16))
 	}
 	a.seq++
 	c := &conn{id: a.seq, key: k, epoch: epoch, mtu: a.cfg.PathMTU, mtuFixed: a.cfg.PathMTU > 0,
@@ -256,6 +251,37 @@ func (a *Analyzer) newConn(k reqKey, rec *pcap.Record, epoch int) *conn {
 	}
 	a.conns[k] = c
 	return c
+}
+
+// evict forgets the n least recently active live connections (by the
+// time of their last frame, then the oldest first), counted: a sixteenth
+// of the table at a time, so that a capture of new connections costs a
+// sort per n of them, not a scan of the table per connection.
+func (a *Analyzer) evict(n int) {
+	old := a.scratch[:0]
+	for _, c := range a.conns {
+		old = append(old, c)
+	}
+	slices.SortFunc(old, func(x, y *conn) int {
+		if c := x.lastTime.Compare(y.lastTime); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.id, y.id)
+	})
+	n = min(n, len(old))
+	gone := make(map[*conn]bool, n)
+	for _, c := range old[:n] {
+		delete(a.conns, c.key)
+		gone[c] = true
+	}
+	for rk, b := range a.bound {
+		if gone[b] {
+			delete(a.bound, rk)
+		}
+	}
+	a.sum.EvictedConnections += n
+	clear(old)
+	a.scratch = old[:0]
 }
 
 // drop forgets a live connection and its bindings.
