@@ -62,6 +62,13 @@ type Config struct {
 	// polled; what does not fit is dropped and counted (DropQueueFull).
 	// 0 means DefaultQueueLen.
 	QueueLen int
+	// LocalGIDs are this device's addresses (its GIDs). A REQ whose
+	// primary path names another as this side's GID (its Primary Remote
+	// Port GID) is rejected with RejInvalidGID and LocalGIDs[0] as ARI, and
+	// a REQ for an RDMA IP CM service ID whose IP CM header names another
+	// destination with RejConsumer, as Linux does. Empty: every address is
+	// taken as this device's.
+	LocalGIDs []netip.Addr
 	// Rand draws communication IDs and starting PSNs; nil means a
 	// generator seeded at random.
 	Rand *rand.Rand
@@ -212,7 +219,15 @@ type Counters struct {
 	DropBadQPN       uint64 // a DREQ naming a QPN that is not the connection's
 	DropQueueFull    uint64 // a MAD or event that did not fit its queue
 	DropNoResources  uint64 // REQs rejected because MaxConnections are held
-	DropBadTransport uint64 // REQs for RD or a reserved service type, rejected
+	DropBadTransport uint64 // REQs for RD or a reserved service type, or a type the rdma_cm port space has not (UC to RDMA_PS_TCP), rejected
+	DropBadGID       uint64 // REQs whose primary path names a GID not in Config.LocalGIDs, rejected (invalid GID)
+	// DropBadPrivateData counts REQs for an RDMA IP CM service ID whose
+	// IP CM header is malformed or names another destination, rejected
+	// (consumer defined).
+	DropBadPrivateData uint64
+	// AcceptFailures counts connect requests Accept rejected because
+	// AcceptParams.Apply failed (consumer defined).
+	AcceptFailures uint64
 }
 
 type remoteKey struct {
@@ -513,6 +528,14 @@ type AcceptParams struct {
 	RNRRetryCount      uint8 // RNR retries the active side's sender makes, 0-7
 	SRQ                bool
 	PrivateData        []byte // at most 196 bytes
+	// Apply, when set, is called with the negotiated values before the
+	// REP is queued: it moves the caller's QP to RTR and RTS (as
+	// QPParams.Apply). When it fails, no REP goes out: Accept sends a REJ
+	// with reason consumer defined instead, forgets the connection and
+	// returns the error, as Linux's rdma_accept rejects a request whose QP
+	// cannot be moved (cma.c: cma_modify_qp_rtr/rts fail, then
+	// rdma_reject with IB_CM_REJ_CONSUMER_DEFINED).
+	Apply func(*QPParams) error
 }
 
 func (m *Manager) lookup(id uint32) (*conn, error) {
@@ -525,7 +548,9 @@ func (m *Manager) lookup(id uint32) (*conn, error) {
 
 // Accept answers a connect request (REQ_RCVD or MRA_REQ_SENT -> REP_SENT):
 // it queues a REP and returns the negotiated values, which the caller
-// applies to its QP (QPParams.Apply) before the REP leaves. The REP is
+// applies to its QP before the REP leaves: give AcceptParams.Apply, so
+// that a QP that cannot take them gets the peer a REJ (consumer defined)
+// instead of a REP. The REP is
 // resent every LocalCMResponseTimeout (the REQ's) + 2 * PacketLifeTime up
 // to the REQ's MaxCMRetries; EventEstablished follows the RTU (or
 // CommEstablished). Errors: ErrNoConnection, ErrState, ErrFieldRange.
@@ -553,6 +578,16 @@ func (m *Manager) Accept(now time.Time, id uint32, p AcceptParams) (QPParams, er
 	pp := &c.params
 	pp.LocalQPN, pp.RQPSN = p.QPN, p.StartingPSN
 	pp.MaxRdAtomic, pp.MaxDestRdAtomic = rep.InitiatorDepth, rep.ResponderResources
+	if p.Apply != nil {
+		applied := c.params
+		if err := p.Apply(&applied); err != nil {
+			m.counters.AcceptFailures++
+			m.counters.RejectsSent++
+			m.send(c.peer, c.tid, &REJ{LocalCommID: c.localID, RemoteCommID: c.remoteID, MessageRejected: MsgREQ, Reason: RejConsumer})
+			m.remove(c)
+			return QPParams{}, fmt.Errorf("cm: accept %#08x: %w (rejected)", id, err)
+		}
+	}
 	c.state = StateREPSent
 	c.resend = m.send(c.peer, c.tid, rep)
 	c.retries = int(c.req.MaxCMRetries)
