@@ -43,7 +43,7 @@ type Options struct {
 	Clock Clock
 	// DSCP is the DSCP of data packets from QPs whose address vector sets
 	// no traffic class. Such packets go out ECN-capable, ECT(0), unless
-	// NotECT is set. CNPs go out with their QP's cc.Params.CNPDSCP and
+	// NotECT is set. QP1's (the CM's MADs) go out with TOS 0, as rxe's. CNPs go out with their QP's cc.Params.CNPDSCP and
 	// ECT(0), as ConnectX sends them (TOS 0xC2 for DSCP 48).
 	DSCP   uint8
 	NotECT bool
@@ -568,13 +568,17 @@ func (w *QP) setEncap(dqpn uint32, av qp.AddressVector) {
 		sport = w.ep.conn.SourcePort(bth.SourcePort(av.FlowLabel, w.q.QPN, dqpn))
 	}
 	tc := av.TrafficClass
-	if tc == 0 {
+	if tc == 0 && w.q.QPN != 1 {
 		ecn := bth.ECT0
 		if w.ep.opts.NotECT {
 			ecn = bth.NotECT
 		}
 		tc = bth.TrafficClass(w.ep.opts.DSCP, ecn)
 	}
+	// QP1's MADs (the CM's) go out with the traffic class their address
+	// handle gives, 0 by default: DSCP 0 and Not-ECT, as rxe sends them
+	// (TOS 0x00 in the rxe rdma_cm capture); Options.DSCP and ECT(0) are
+	// for data.
 	w.encap = bth.Encap{Src: local.Unmap(), Dst: av.Remote.Addr().Unmap(), SrcPort: sport, DstPort: dport,
 		TrafficClass: tc, HopLimit: av.HopLimit, FlowLabel: av.FlowLabel}
 	if !local.Unmap().Is4() {
