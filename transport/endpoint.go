@@ -62,6 +62,12 @@ type Stats struct {
 	BadSource  uint64 `json:"rx_bad_source"` // not from the QP's remote address (rxe check 9)
 	CNPs       uint64 `json:"rx_cnps"`       // CNPs received
 	SendErrors uint64 `json:"tx_errors"`     // datagrams the Conn refused
+	// With no QP1 on the Endpoint (no CM runs), the MADs to QP1:
+	// REQs answered with a REJ (invalid service ID), DREQs answered with
+	// a DREP, and the rest dropped.
+	CMRejects uint64 `json:"rx_cm_req_rejected"`
+	CMDREPs   uint64 `json:"rx_cm_dreq_answered"`
+	CMDropped uint64 `json:"rx_cm_dropped"`
 }
 
 // Endpoint runs queue pairs on one Conn: it reads datagrams, hands them to
@@ -91,6 +97,9 @@ type Endpoint struct {
 	pkt     bth.Packet
 	rx      bth.Packet
 	done    chan struct{}
+	// CM answers of an Endpoint without QP1 (gsi.go)
+	gsiOut []gsiAnswer
+	gsiPSN bth.PSN
 }
 
 // NewEndpoint starts an Endpoint on conn. Close stops it and closes conn.
@@ -188,6 +197,10 @@ func (ep *Endpoint) receiveLocked(now time.Time, d *Datagram) {
 	}
 	q := ep.qps[p.BTH.DestQP]
 	if q == nil {
+		if p.BTH.DestQP == 1 {
+			ep.answerGSILocked(p, d)
+			return
+		}
 		ep.stats.UnknownQP++
 		return
 	}
@@ -245,6 +258,7 @@ func (ep *Endpoint) flushLocked(now time.Time) {
 			ep.batch = append(ep.batch, d)
 		}
 	}
+	ep.appendGSILocked()
 	if len(ep.batch) > 0 {
 		n, err := ep.conn.WriteBatch(ep.batch)
 		ep.stats.Sent += uint64(n)

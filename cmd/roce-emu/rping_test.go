@@ -107,3 +107,28 @@ func TestRpingBadFlags(t *testing.T) {
 		assert.NotEmpty(t, e.String(), "%v", args)
 	}
 }
+
+// rping -c against a roce-emu that runs no rdma_cm (the pingpong server)
+// gets the REJ (invalid service ID) at once, instead of resending its REQ
+// until it times out; the server says why on stderr.
+func TestRpingAgainstPingpongServer(t *testing.T) {
+	udp := freeUDPPort(t)
+	tcp := freeTCPPort(t)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var sout, serr bytes.Buffer
+	go func() {
+		defer wg.Done()
+		run([]string{"server", "--bind", "127.0.0.2", "--udp-port", udp, "-p", tcp, "--timeout", "3s"}, &sout, &serr)
+	}()
+	time.Sleep(300 * time.Millisecond)
+	var cout, cerr bytes.Buffer
+	start := time.Now()
+	code := run([]string{"rping", "-c", "--bind", "127.0.0.1", "--udp-port", udp, "-a", "127.0.0.2", "-C", "1"}, &cout, &cerr)
+	took := time.Since(start)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, cerr.String(), "RDMA_CM_EVENT_REJECTED, error 8")
+	assert.Less(t, took, 4*time.Second, "answered by a REJ, not by the REQ's 4 s timeout")
+	wg.Wait()
+	assert.Contains(t, serr.String(), "CM REQ (rdma_cm: rping -c, perftest -R) came to QP1 and was rejected")
+}
