@@ -179,7 +179,7 @@ func (f *rpingFlags) run() (err error) {
 		detail := "no rdma_cm connection was up"
 		var qpc string
 		if s.conn != nil {
-			detail = disconnectCM(s.conn)
+			detail, _ = disconnectCM(s.conn)
 			qpc = describeCounters(s.conn.QP().Counters())
 			s.conn.Close()
 		}

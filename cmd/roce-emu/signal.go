@@ -97,8 +97,9 @@ func signalName(s os.Signal) string {
 
 // disconnectCM sends a DREQ on each rdma_cm connection still up and waits
 // for the DREPs, at most cmDisconnectWait in all (rdma_disconnect as the
-// programs do before they exit). It reports what happened, one phrase.
-func disconnectCM(conns ...*rdmacm.Conn) string {
+// programs do before they exit). It reports what happened, one phrase,
+// and how many DREQs went unanswered.
+func disconnectCM(conns ...*rdmacm.Conn) (detail string, unanswered int) {
 	ctx, cancel := context.WithTimeout(context.Background(), cmDisconnectWait)
 	defer cancel()
 	n, answered := 0, 0
@@ -118,11 +119,11 @@ func disconnectCM(conns ...*rdmacm.Conn) string {
 	}
 	switch {
 	case n == 0:
-		return "no rdma_cm connection was up"
+		return "no rdma_cm connection was up", 0
 	case answered == n:
-		return fmt.Sprintf("DREQ sent on %d rdma_cm connection(s), each answered with a DREP", n)
+		return fmt.Sprintf("DREQ sent on %d rdma_cm connection(s), each answered with a DREP", n), 0
 	}
-	return fmt.Sprintf("DREQ sent on %d rdma_cm connection(s), %d answered with a DREP within %v", n, answered, cmDisconnectWait)
+	return fmt.Sprintf("DREQ sent on %d rdma_cm connection(s), %d answered with a DREP within %v", n, answered, cmDisconnectWait), n - answered
 }
 
 // cmCounters describes a Service's CM counters on one line.

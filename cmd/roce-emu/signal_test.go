@@ -138,3 +138,49 @@ func TestRpingSignal(t *testing.T) {
 	assert.Equal(t, 143, scode, "server: %s", serr.String())
 	assert.Contains(t, serr.String(), "interrupted by SIGTERM: no rdma_cm connection was up")
 }
+
+// Ctrl-C on bw -R in the middle of a timed run: the client sends a DREQ
+// on its data QP and its exchange QP, gets both DREPs, closes its capture
+// whole, prints its counters and exits 130; the server learns at once
+// that the client left (it does not wait for its --timeout).
+func TestPerfRDMACMSignal(t *testing.T) {
+	sigs := useFakeSignals(t)
+	port, udp := freeTCPPort(t), freeUDPPort(t)
+	capture := filepath.Join(t.TempDir(), "client.pcap")
+	common := []string{"bw", "-R", "-o", "write", "-s", "4096", "-D", "60", "--udp-port", udp, "-p", port, "--timeout", "90s"}
+	var sout, serr, cout, cerr lockedBuffer
+	var scode, ccode int
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		scode = run(append(append([]string{}, common...), "--bind", "127.0.0.2"), &sout, &serr)
+	}()
+	waitFor(t, "the server to listen", func() bool { return strings.Contains(sout.String(), "Waiting for client") })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ccode = run(append(append([]string{}, common...), "--bind", "127.0.0.1", "--pcap", capture, "127.0.0.2"), &cout, &cerr)
+	}()
+	waitFor(t, "the connection", func() bool { return strings.Contains(cout.String(), "remote address") })
+	time.Sleep(500 * time.Millisecond) // traffic runs
+	sigs.send(t, 1, os.Interrupt)
+	wg.Wait()
+	assert.Equal(t, 130, ccode, "client: %s", cerr.String())
+	assert.Contains(t, cerr.String(), "roce-emu bw: interrupted by SIGINT: DREQ sent on 1 rdma_cm connection(s), each answered with a DREP")
+	assert.Contains(t, cerr.String(), "roce-emu bw: cm counters: ")
+	assert.Regexp(t, `roce-emu bw: qp counters: sent [1-9]`, cerr.String())
+	assert.NotEqual(t, 0, scode)
+	assert.NotContains(t, serr.String(), "deadline", "the server learnt the client left before its --timeout")
+	mads := cmMADs(t, capture, udp)
+	count := func(a cm.AttrID) (n int) {
+		for _, m := range mads {
+			if m == a {
+				n++
+			}
+		}
+		return n
+	}
+	assert.Equal(t, 2, count(cm.AttrDREQ), "%v", mads)
+	assert.Equal(t, 2, count(cm.AttrDREP), "%v", mads)
+}
