@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -176,6 +177,10 @@ func runPingpong(mode string, args []string, stdout, stderr io.Writer) int {
 	}
 	if err := pingpong(mode, host, &f, stdout); err != nil {
 		fmt.Fprintf(stderr, "roce-emu %s: %v\n", mode, err)
+		var intr *interruptedError
+		if errors.As(err, &intr) {
+			return intr.exitCode()
+		}
 		return 1
 	}
 	return 0
@@ -242,7 +247,7 @@ type pingpongRun struct {
 	rqpns []uint32
 }
 
-func pingpong(mode, host string, f *pingpongFlags, out io.Writer) error {
+func pingpong(mode, host string, f *pingpongFlags, out io.Writer) (err error) {
 	mtu, _ := mtuFlag(f.mtu)
 	ep, closeAll, err := f.openEndpoint()
 	if err != nil {
@@ -266,8 +271,18 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
+	// SIGINT or SIGTERM end the run with the capture closed whole (the
+	// deferred closeAll) and the counters printed; exit 128+signal.
+	ctx, intr, stopSignals := withSignals(ctx)
+	defer stopSignals()
 
 	r := &pingpongRun{f: f, ep: ep, fill: 0x7b} // what rc/uc/ud_pingpong fill their buffer with
+	defer func() {
+		if sig := intr.caught(); sig != nil {
+			fmt.Fprintf(f.stderr, "roce-emu %s: qp counters: %s\n", mode, describeCounters(r.counters()))
+			err = &interruptedError{sig: sig, detail: "stopped"}
+		}
+	}()
 	if f.srq {
 		r.fill = 0 // srq_pingpong zeroes its buffer
 	}

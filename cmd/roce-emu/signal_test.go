@@ -184,3 +184,21 @@ func TestPerfRDMACMSignal(t *testing.T) {
 	assert.Equal(t, 2, count(cm.AttrDREQ), "%v", mads)
 	assert.Equal(t, 2, count(cm.AttrDREP), "%v", mads)
 }
+
+// Ctrl-C on the pingpong server waiting for its client: exit 130 with its
+// capture closed whole (a pcap file with its header, readable).
+func TestPingpongSignal(t *testing.T) {
+	sigs := useFakeSignals(t)
+	capture := filepath.Join(t.TempDir(), "server.pcap")
+	var sout, serr lockedBuffer
+	code := make(chan int, 1)
+	go func() {
+		code <- run([]string{"server", "--bind", "127.0.0.2", "--udp-port", freeUDPPort(t), "-p", freeTCPPort(t), "--pcap", capture, "--timeout", "60s"}, &sout, &serr)
+	}()
+	waitFor(t, "the server to start", func() bool { return strings.Contains(sout.String(), "local address") })
+	sigs.send(t, 0, os.Interrupt)
+	assert.Equal(t, 130, <-code, "server: %s", serr.String())
+	assert.Contains(t, serr.String(), "roce-emu server: interrupted by SIGINT: stopped")
+	assert.Contains(t, serr.String(), "roce-emu server: qp counters: sent 0")
+	assert.Empty(t, cmMADs(t, capture, "4791"))
+}
