@@ -67,31 +67,20 @@ func TestQP1HeadersAsRXE(t *testing.T) {
 		var mu sync.Mutex
 		var got []qp1Header
 		dataTOS := map[uint8]int{}
-		open := func(addr string) side {
-			c, err := n.Listen(netip.AddrPortFrom(netip.MustParseAddr(addr), 4791))
-			require.NoError(t, err)
-			c = transport.WithObserver(c, nil, func(e *transport.Event) {
-				if e.Dir != transport.Out || e.Packet == nil {
-					return
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				p := e.Packet
-				if p.BTH.DestQP != 1 {
-					dataTOS[e.Datagram.TOS]++
-					return
-				}
-				got = append(got, qp1Header{e.Datagram.TOS, p.BTH.AckReq, p.DETH.SrcQP, p.DETH.QKey, p.BTH.PKey})
-			})
-			ep := transport.NewEndpoint(c, transport.Options{DSCP: 26})
-			svc, err := rdmacm.New(ep, rdmacm.Config{})
-			require.NoError(t, err)
-			t.Cleanup(func() {
-				assert.NoError(t, svc.Close())
-				ep.Close()
-			})
-			return side{ep: ep, svc: svc, pd: ep.NewPD(), cq: ep.NewCQ(64)}
+		obs := func(e *transport.Event) {
+			if e.Dir != transport.Out || e.Packet == nil {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			p := e.Packet
+			if p.BTH.DestQP != 1 {
+				dataTOS[e.Datagram.TOS]++
+				return
+			}
+			got = append(got, qp1Header{e.Datagram.TOS, p.BTH.AckReq, p.DETH.SrcQP, p.DETH.QKey, p.BTH.PKey})
 		}
+		open := func(addr string) side { return newObservedSide(t, n, addr, transport.Options{DSCP: 26}, obs) }
 		a, b := open("192.0.2.1"), open("192.0.2.2")
 		l, err := b.svc.Listen(7174)
 		require.NoError(t, err)
@@ -113,4 +102,21 @@ func TestQP1HeadersAsRXE(t *testing.T) {
 			assert.Equal(t, want[0], g, "MAD %d", i)
 		}
 	})
+}
+
+// newObservedSide is newSide with obs watching the Endpoint's datagrams
+// and the Endpoint's options given.
+func newObservedSide(t *testing.T, n *transport.Network, addr string, opts transport.Options, obs transport.Observer) side {
+	t.Helper()
+	c, err := n.Listen(netip.AddrPortFrom(netip.MustParseAddr(addr), 4791))
+	require.NoError(t, err)
+	c = transport.WithObserver(c, nil, obs)
+	ep := transport.NewEndpoint(c, opts)
+	svc, err := rdmacm.New(ep, rdmacm.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		assert.NoError(t, svc.Close())
+		ep.Close()
+	})
+	return side{ep: ep, svc: svc, pd: ep.NewPD(), cq: ep.NewCQ(64)}
 }
