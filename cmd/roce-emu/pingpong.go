@@ -10,8 +10,10 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/roce-emu/roce-emu/bth"
 	"github.com/roce-emu/roce-emu/oob"
 	"github.com/roce-emu/roce-emu/qp"
 	"github.com/roce-emu/roce-emu/transport"
@@ -48,6 +50,10 @@ const pingpongPage = 4096
 // udPingpongQKey is ibv_ud_pingpong's Q_Key, on its QP and in every work
 // request.
 const udPingpongQKey = 0x11111111
+
+// pingpongQuiet is how long a run waits for a first packet from its peer
+// after the address exchange before it says what to check.
+const pingpongQuiet = 5 * time.Second
 
 // srqPingpongQPs is ibv_srq_pingpong's default -q.
 const srqPingpongQPs = 16
@@ -249,6 +255,16 @@ type pingpongRun struct {
 
 func pingpong(mode, host string, f *pingpongFlags, out io.Writer) (err error) {
 	mtu, _ := mtuFlag(f.mtu)
+	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+	defer cancel()
+	// A peer of another --connection: its first packet ends the run
+	// with a hint, instead of a hang until --timeout.
+	ctx, foreign := watchTransport(ctx, f)
+	defer func() {
+		if t, ok := foreign(); ok && err != nil {
+			err = fmt.Errorf("%w; %s", err, connectionHint(f, t))
+		}
+	}()
 	ep, closeAll, err := f.openEndpoint()
 	if err != nil {
 		return err
@@ -269,8 +285,6 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) (err error) {
 			return err
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
-	defer cancel()
 	// SIGINT or SIGTERM end the run with the capture closed whole (the
 	// deferred closeAll) and the counters printed; exit 128+signal.
 	ctx, intr, stopSignals := withSignals(ctx)
@@ -324,7 +338,16 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) (err error) {
 	for _, d := range remote {
 		fmt.Fprintf(out, "  remote address: %s\n", d)
 	}
+	// No packet at all from the peer for a while after the exchange:
+	// say what to check (the run goes on until --timeout).
+	quiet := time.AfterFunc(pingpongQuiet, func() {
+		if r.counters().ReceivedPackets == 0 {
+			fmt.Fprintf(f.stderr, "roce-emu %s: no packet from the peer in %v since the address exchange: check that both sides run the same --connection (RC, UC or UD) and --srq (%s), and that UDP port %d reaches this host\n",
+				mode, pingpongQuiet, f.program(), f.udpPort)
+		}
+	})
 	secs, err := r.loop(ctx, mode == "client", remote)
+	quiet.Stop()
 	if err != nil {
 		return err
 	}
@@ -622,4 +645,40 @@ func pingpongConn(ctx context.Context, client bool, host string, port int) (net.
 		return nil, fmt.Errorf("waiting for a client on TCP port %d: %v", port, err)
 	}
 	return c, nil
+}
+
+// watchTransport makes f's Endpoint watch for packets of another transport
+// service than its --connection (a UD SEND Only to an RC run, an RC SEND
+// to a UC run...): the address exchange of the pingpong programs carries
+// no QP type, so a peer started with another --connection exchanges
+// addresses fine and then sends what this side's QPs drop (counted as
+// opcode errors). The first such packet ends ctx; foreign then says which
+// service the peer speaks. QP1 (CM MADs, UD) and CNPs do not count.
+func watchTransport(parent context.Context, f *pingpongFlags) (ctx context.Context, foreign func() (bth.Transport, bool)) {
+	want := map[qp.QPType]bth.Transport{qp.IBV_QPT_RC: bth.TransportRC, qp.IBV_QPT_UC: bth.TransportUC, qp.IBV_QPT_UD: bth.TransportUD}[f.qpType]
+	ctx, cancel := context.WithCancel(parent)
+	var seen atomic.Int32 // the foreign transport + 1
+	f.observe = func(e *transport.Event) {
+		if e.Dir != transport.In || e.Packet == nil || e.Packet.BTH.DestQP == 1 {
+			return
+		}
+		switch t := e.Packet.BTH.Opcode.Transport(); t {
+		case bth.TransportRC, bth.TransportUC, bth.TransportUD:
+			if t != want && seen.CompareAndSwap(0, int32(t)+1) {
+				cancel()
+			}
+		}
+	}
+	return ctx, func() (bth.Transport, bool) {
+		v := seen.Load()
+		return bth.Transport(v - 1), v != 0
+	}
+}
+
+// connectionHint says what to do when the peer speaks transport service t.
+func connectionHint(f *pingpongFlags, t bth.Transport) string {
+	peer := map[bth.Transport]string{bth.TransportRC: "ibv_rc_pingpong or ibv_srq_pingpong", bth.TransportUC: "ibv_uc_pingpong",
+		bth.TransportUD: "ibv_ud_pingpong"}[t]
+	return fmt.Sprintf("the peer sends %s packets but this side runs %s (%s): the peer runs %s; start both sides with the same --connection (here --connection %s)",
+		t, f.qpType, f.program(), peer, t)
 }
