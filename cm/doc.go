@@ -65,11 +65,12 @@
 //     SEND from QP1 to QPN 1 with RemoteQKey bth.GSIQKey, its AH to
 //     Outgoing.To (UDP port 4791);
 //   - handle each Manager.PollEvent: on EventConnectRequest create an RC
-//     QP, move it to INIT and call Accept (or Reject), then apply the
-//     returned QPParams before the REP leaves; on EventEstablished of the
-//     active side apply Event.Params (the RTU is already queued); on
-//     EventDisconnected move the QP to ERR; on EventTimeWaitExit destroy
-//     it;
+//     QP, move it to INIT and call Accept (or Reject) with an
+//     AcceptParams.Apply that moves it to RTR and RTS (the REP is queued
+//     only if that worked); give Dial a DialParams.Apply that does the
+//     same on the REP (the RTU is queued only if it worked, else a REJ
+//     and EventConnectError); on EventDisconnected move the QP to ERR; on
+//     EventTimeWaitExit destroy it;
 //   - when a QP whose connection is still in REP_SENT receives its first
 //     packet (the RTU was lost), call Manager.CommEstablished;
 //   - arm one timer at Manager.Deadline and call HandleTimeout when it

@@ -290,15 +290,31 @@ func (m *Manager) handleREP(now time.Time, from netip.Addr, rep *REP) error {
 		m.counters.DropMalformed++
 		return fmt.Errorf("cm: REP for %#08x with QPN 0", c.localID)
 	}
-	c.rep = *rep
-	c.remoteID = rep.LocalCommID
-	m.remote[remoteKey{from, c.remoteID}] = c
-	p := &c.params
+	params := c.params
+	p := &params
 	p.RemoteQPN, p.SQPSN = rep.LocalQPN, rep.StartingPSN
 	p.MaxRdAtomic, p.MaxDestRdAtomic = rep.ResponderResources, rep.InitiatorDepth
 	p.RNRRetry = rep.RNRRetryCount
 	p.Timeout = ackTimeout(rep.TargetACKDelay, m.cfg.PacketLifeTime)
 	p.UsesSRQ = rep.SRQ
+	if c.apply != nil {
+		if err := c.apply(p); err != nil {
+			// cma.c cma_rep_recv: the QP cannot take the REP's values; a
+			// REJ instead of the RTU, and the ID goes back to idle
+			// (cm.c: a REJ in REP_RCVD resets the ID).
+			m.counters.REPsRefused++
+			m.counters.RejectsSent++
+			m.send(from, c.tid, &REJ{LocalCommID: c.localID, RemoteCommID: rep.LocalCommID, MessageRejected: MsgREP, Reason: RejConsumer})
+			m.remove(c)
+			m.event(Event{Type: EventConnectError, ID: c.localID, Peer: from, ServiceID: c.serviceID, Params: params,
+				Reason: RejConsumer})
+			return fmt.Errorf("cm: REP for %#08x: %w (rejected)", c.localID, err)
+		}
+	}
+	c.params = params
+	c.rep = *rep
+	c.remoteID = rep.LocalCommID
+	m.remote[remoteKey{from, c.remoteID}] = c
 	c.state = StateEstablished
 	c.deadline = time.Time{}
 	m.send(from, c.tid, &RTU{LocalCommID: c.localID, RemoteCommID: c.remoteID})

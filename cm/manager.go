@@ -156,9 +156,14 @@ const (
 	// EventTimeWaitExit: TIMEWAIT is over and the Manager has forgotten the
 	// connection (RDMA_CM_EVENT_TIMEWAIT_EXIT).
 	EventTimeWaitExit
+	// EventConnectError (active): the REP came but DialParams.Apply
+	// refused its values; a REJ (consumer defined) went to the peer
+	// instead of the RTU and the connection is forgotten
+	// (RDMA_CM_EVENT_CONNECT_ERROR, as cma.c's cma_rep_recv).
+	EventConnectError
 )
 
-var eventNames = [...]string{"", "CONNECT_REQUEST", "ESTABLISHED", "REJECTED", "UNREACHABLE", "DISCONNECTED", "TIMEWAIT_EXIT"}
+var eventNames = [...]string{"", "CONNECT_REQUEST", "ESTABLISHED", "REJECTED", "UNREACHABLE", "DISCONNECTED", "TIMEWAIT_EXIT", "CONNECT_ERROR"}
 
 func (e EventType) String() string {
 	if int(e) < len(eventNames) && e != 0 {
@@ -228,6 +233,9 @@ type Counters struct {
 	// AcceptFailures counts connect requests Accept rejected because
 	// AcceptParams.Apply failed (consumer defined).
 	AcceptFailures uint64
+	// REPsRefused counts REPs answered with a REJ (consumer defined)
+	// instead of an RTU because DialParams.Apply failed.
+	REPsRefused uint64
 }
 
 type remoteKey struct {
@@ -251,6 +259,8 @@ type conn struct {
 	resend   [MADLen]byte
 	retries  int
 	deadline time.Time // zero: no timer
+	// apply moves the active side's QP on the REP (DialParams.Apply)
+	apply func(*QPParams) error
 }
 
 // Manager is the CM of one device: listeners by service ID, connections
@@ -449,6 +459,14 @@ type DialParams struct {
 	// PrivateData follows the IP CM header (at most 56 bytes) or fills the
 	// REQ's private data (92 bytes).
 	PrivateData []byte
+	// Apply, when set, is called with the negotiated values when the REP
+	// comes, before the RTU is queued: it moves the caller's QP to RTR and
+	// RTS. When it fails, no RTU goes out: a REJ with reason consumer
+	// defined does, the connection is forgotten and EventConnectError is
+	// reported, as Linux's rdma_cm does when the REP's values cannot be
+	// applied (cma.c cma_rep_recv: the QP to ERR, IB_CM_REJ_CONSUMER_DEFINED,
+	// RDMA_CM_EVENT_CONNECT_ERROR).
+	Apply func(*QPParams) error
 }
 
 // Dial starts a connection (active side, IDLE -> REQ_SENT): it queues a
@@ -472,7 +490,8 @@ func (m *Manager) Dial(now time.Time, p DialParams) (uint32, error) {
 		return 0, fmt.Errorf("%w: dial parameters (QPN %#x, PSN %#x, MTU %d, retry %d, RNR retry %d, flow label %#x, %v -> %v)",
 			ErrFieldRange, p.QPN, uint32(p.StartingPSN), p.PathMTU, p.RetryCount, p.RNRRetryCount, p.FlowLabel, p.Local, p.Remote)
 	}
-	c := &conn{state: StateREQSent, active: true, localID: m.newLocalID(), peer: p.Remote.Unmap(), serviceID: p.ServiceID}
+	c := &conn{state: StateREQSent, active: true, localID: m.newLocalID(), peer: p.Remote.Unmap(), serviceID: p.ServiceID,
+		apply: p.Apply}
 	if p.StartingPSN == 0 {
 		p.StartingPSN = m.randomPSN()
 	}

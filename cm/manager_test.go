@@ -1087,3 +1087,33 @@ func TestAcceptApplyFailsRejects(t *testing.T) {
 	require.Equal(t, StateEstablished, p.a.State(idA))
 	require.Equal(t, StateEstablished, p.b.State(idB))
 }
+
+// When Dial's Apply refuses the REP's values, a REJ (consumer defined,
+// message REP) goes out instead of the RTU, the active side reports
+// EventConnectError and forgets the connection, and the passive side,
+// whose REP was rejected, enters TIMEWAIT with EventRejected.
+func TestDialApplyFailsRejectsREP(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	dp := dialParams()
+	var seen QPParams
+	dp.Apply = func(q *QPParams) error { seen = *q; return qp.ErrBadAttr }
+	idA, err := p.a.Dial(p.now, dp)
+	require.NoError(t, err)
+	p.deliver()
+	idB := p.lastEvent(1, EventConnectRequest).ID
+	_, err = p.b.Accept(p.now, idB, acceptParams())
+	require.NoError(t, err)
+	p.deliver()
+	require.Equal(t, []AttrID{AttrREQ, AttrREP, AttrREJ}, p.sent)
+	require.Equal(t, uint32(0x12), seen.RemoteQPN, "Apply saw the REP's values")
+	require.Equal(t, bth.PSN(0x8c84dd), seen.SQPSN)
+	e := p.lastEvent(0, EventConnectError)
+	require.Equal(t, idA, e.ID)
+	require.Equal(t, RejConsumer, e.Reason)
+	require.Zero(t, count(p.events[0], EventEstablished))
+	require.Equal(t, StateIdle, p.a.State(idA))
+	require.Equal(t, uint64(1), p.a.Counters().REPsRefused)
+	require.Equal(t, RejConsumer, p.lastEvent(1, EventRejected).Reason)
+	require.Equal(t, StateTimeWait, p.b.State(idB))
+	require.Equal(t, "CONNECT_ERROR", EventConnectError.String())
+}

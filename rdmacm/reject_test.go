@@ -111,3 +111,52 @@ func TestListenerRejectsBadREQsAndKeepsAccepting(t *testing.T) {
 		require.NoError(t, r.c.Close())
 	})
 }
+
+// A REP whose values the active side's QP does not take (QPN 1) gets a
+// REJ (consumer defined, message REP) instead of the RTU, as rdma_cm's
+// cma_rep_recv does; Dial fails with ErrConnectError and leaves no QP.
+func TestDialRejectsREPItCannotApply(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := transport.NewNetwork(transport.Impairments{Delay: 10 * time.Microsecond}, 1)
+		a := newSide(t, n, "192.0.2.1", "")
+		c, err := n.Listen(netip.MustParseAddrPort("192.0.2.3:4791"))
+		require.NoError(t, err)
+		raw := transport.NewEndpoint(c, transport.Options{})
+		t.Cleanup(func() { raw.Close() })
+		g := transporttest.NewGSI(t, raw)
+		peer := netip.MustParseAddr("192.0.2.3")
+
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		dialed := make(chan error, 1)
+		go func() {
+			_, err := a.svc.Dial(ctx, peer, 7174, a.params(nil))
+			dialed <- err
+		}()
+		m, ok := g.Recv(10 * time.Second)
+		require.True(t, ok)
+		h, msg, err := cm.DecodeMAD(m.MAD)
+		require.NoError(t, err)
+		req := msg.(*cm.REQ)
+		rep, err := cm.AppendMAD(nil, h.TransactionID, &cm.REP{LocalCommID: 0x77, RemoteCommID: req.LocalCommID, LocalQPN: 1,
+			StartingPSN: 5, TargetACKDelay: 15, RNRRetryCount: 7})
+		require.NoError(t, err)
+		g.Send(m.From, rep)
+		require.ErrorIs(t, <-dialed, rdmacm.ErrConnectError)
+		m, ok = g.Recv(10 * time.Second)
+		require.True(t, ok)
+		_, msg, err = cm.DecodeMAD(m.MAD)
+		require.NoError(t, err)
+		rej, isREJ := msg.(*cm.REJ)
+		require.True(t, isREJ, "a REJ, not %v", msg.Attr())
+		assert.Equal(t, cm.RejConsumer, rej.Reason)
+		assert.Equal(t, uint8(cm.MsgREP), rej.MessageRejected)
+		assert.Equal(t, uint32(0x77), rej.RemoteCommID)
+		_, more := g.Recv(10 * time.Second)
+		assert.False(t, more, "no RTU")
+		st := a.svc.Stats()
+		assert.Equal(t, uint64(1), st.CM.REPsRefused)
+		assert.Zero(t, st.QPs)
+		assert.Zero(t, st.Connections)
+	})
+}

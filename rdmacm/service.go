@@ -62,6 +62,10 @@ var (
 	// ErrRejected: the peer answered with a REJ; the error is a
 	// *RejectError carrying the reason.
 	ErrRejected = errors.New("rdmacm: connection rejected")
+	// ErrConnectError: the peer's REP came with values the QP did not
+	// take; the peer got a REJ (consumer defined) instead of the RTU
+	// (RDMA_CM_EVENT_CONNECT_ERROR).
+	ErrConnectError = errors.New("rdmacm: connect error")
 )
 
 // RejectError is a REJ received for a connection (RDMA_CM_EVENT_REJECTED).
@@ -387,12 +391,8 @@ func (s *Service) handleEventLocked(now time.Time, ev cm.Event) {
 	switch ev.Type {
 	case cm.EventEstablished:
 		if c.active && !c.qpDestroyed {
+			// The QP is in RTS: the Manager's Apply moved it.
 			c.params = ev.Params
-			if err := s.applyLocked(c.qp, &c.params); err != nil {
-				c.finishLocked(fmt.Errorf("rdmacm: moving the QP to RTS: %w", err))
-				_ = s.mgr.Disconnect(now, c.id, nil)
-				return
-			}
 			c.privateData = append([]byte(nil), ev.PrivateData...)
 		}
 		if c.abandoned {
@@ -407,6 +407,14 @@ func (s *Service) handleEventLocked(now time.Time, ev cm.Event) {
 		delete(s.conns, c.id)
 	case cm.EventUnreachable:
 		c.finishLocked(ErrUnreachable)
+		s.toErrLocked(c)
+		delete(s.conns, c.id)
+	case cm.EventConnectError:
+		err := c.applyErr
+		if err == nil {
+			err = ErrClosed
+		}
+		c.finishLocked(fmt.Errorf("%w: the REP's values do not suit the QP (a REJ went to the peer): %w", ErrConnectError, err))
 		s.toErrLocked(c)
 		delete(s.conns, c.id)
 	case cm.EventDisconnected:
@@ -558,17 +566,32 @@ func (s *Service) Dial(ctx context.Context, addr netip.Addr, port uint16, p Conn
 		return nil, fmt.Errorf("rdmacm: dial %s port %d: %w", addr, port, err)
 	}
 	now := s.clock.Now()
+	var c *Conn
+	// The QP goes to RTS when the REP comes, before the RTU is queued: a
+	// REP whose values the QP does not take gets the peer a REJ, not an
+	// RTU (cma_rep_recv).
+	apply := func(pp *cm.QPParams) error {
+		if c == nil || c.abandoned || c.qpDestroyed {
+			return ErrClosed
+		}
+		err := s.applyLocked(c.qp, pp)
+		if err != nil {
+			c.applyErr = err
+		}
+		return err
+	}
 	id, err := s.mgr.Dial(now, cm.DialParams{Local: s.local, Remote: addr, ServiceID: cm.ServiceID(cm.PortSpaceTCP, port),
 		SrcPort: uint16(32768 + rand.IntN(28232)), QPN: q.QPN(), PathMTU: p.PathMTU,
 		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
-		RetryCount: p.RetryCount, RNRRetryCount: p.RNRRetryCount, SRQ: p.SRQ != nil, PrivateData: p.PrivateData})
+		RetryCount: p.RetryCount, RNRRetryCount: p.RNRRetryCount, SRQ: p.SRQ != nil, PrivateData: p.PrivateData,
+		Apply: apply})
 	if err != nil {
 		q.Destroy()
 		s.qps--
 		s.mu.Unlock()
 		return nil, fmt.Errorf("rdmacm: dial %s port %d: %w", addr, port, err)
 	}
-	c := newConn(s, id, q, true, addr)
+	c = newConn(s, id, q, true, addr)
 	s.conns[id] = c
 	s.pumpLocked(now)
 	s.mu.Unlock()

@@ -243,6 +243,8 @@ func (s *rpingSession) run(ctx context.Context, svc *rdmacm.Service) error {
 			return fmt.Errorf("cma event RDMA_CM_EVENT_REJECTED, error %d (%v): connect error", rej.Reason, rej.Reason)
 		case errors.Is(err, rdmacm.ErrUnreachable):
 			return fmt.Errorf("cma event RDMA_CM_EVENT_UNREACHABLE: connect error: %w", err)
+		case errors.Is(err, rdmacm.ErrConnectError):
+			return fmt.Errorf("cma event RDMA_CM_EVENT_CONNECT_ERROR: connect error: %w", err)
 		}
 		return fmt.Errorf("connect error: %w", err)
 	}
