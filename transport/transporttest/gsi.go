@@ -44,11 +44,14 @@ type GSIMAD struct {
 }
 
 // NewGSI creates QP1 on ep (which must have none) in RTS with receive
-// WQEs posted; peers are reached at UDP port 4791. It is destroyed when
-// the test ends.
+// WQEs posted; peers are reached at ep's own UDP port (4791 on a RoCEv2
+// network). It is destroyed when the test ends.
 func NewGSI(t testing.TB, ep *transport.Endpoint) *GSI {
 	t.Helper()
-	g := &GSI{t: t, ep: ep, port: bth.UDPPort}
+	g := &GSI{t: t, ep: ep, port: ep.LocalAddr().Port()}
+	if g.port == 0 {
+		g.port = bth.UDPPort
+	}
 	g.pd = ep.NewPD()
 	g.cq = ep.NewCQ(2 * gsiRecvs)
 	q, err := ep.NewQP(g.pd, g.cq, g.cq, qp.InitAttr{QPType: qp.IBV_QPT_UD, QPN: 1, MaxSendWR: gsiRecvs, MaxRecvWR: gsiRecvs})
