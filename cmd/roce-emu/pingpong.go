@@ -340,14 +340,13 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) (err error) {
 	}
 	// No packet at all from the peer for a while after the exchange:
 	// say what to check (the run goes on until --timeout).
-	quiet := time.AfterFunc(pingpongQuiet, func() {
+	quiet := func() {
 		if r.counters().ReceivedPackets == 0 {
 			fmt.Fprintf(f.stderr, "roce-emu %s: no packet from the peer in %v since the address exchange: check that both sides run the same --connection (RC, UC or UD) and --srq (%s), and that UDP port %d reaches this host\n",
 				mode, pingpongQuiet, f.program(), f.udpPort)
 		}
-	})
-	secs, err := r.loop(ctx, mode == "client", remote)
-	quiet.Stop()
+	}
+	secs, err := r.loop(ctx, mode == "client", remote, quiet)
 	if err != nil {
 		return err
 	}
@@ -498,7 +497,9 @@ func (r *pingpongRun) exchangeSRQ(ctx context.Context, conn net.Conn, client boo
 // Receives are reposted when fewer than the QP count (rc/uc/ud: 1) are
 // left, and the run ends when -n sends and -n receives completed in all
 // (srq_pingpong counts over its QPs). It returns the seconds taken.
-func (r *pingpongRun) loop(ctx context.Context, client bool, remote []oob.Dest) (float64, error) {
+//
+// quiet is called once when no message came pingpongQuiet after the start.
+func (r *pingpongRun) loop(ctx context.Context, client bool, remote []oob.Dest, quiet func()) (float64, error) {
 	f := r.f
 	index := make(map[uint32]int, len(r.qps))
 	for i, q := range r.qps {
@@ -527,8 +528,23 @@ func (r *pingpongRun) loop(ctx context.Context, client bool, remote []oob.Dest) 
 	}
 	scnt, rcnt, routs := 0, 0, f.rxDepth
 	wc := make([]qp.WC, f.rxDepth+len(r.qps))
+	hinted := false
 	for rcnt < f.iters || scnt < f.iters {
-		n, err := r.cq.Wait(ctx, wc)
+		wctx, wcancel := ctx, context.CancelFunc(nil)
+		if !hinted && rcnt == 0 {
+			// Until the first message, wait no longer than the quiet
+			// time at once.
+			wctx, wcancel = context.WithDeadline(ctx, start.Add(pingpongQuiet))
+		}
+		n, err := r.cq.Wait(wctx, wc)
+		if wcancel != nil {
+			wcancel()
+			if err != nil && ctx.Err() == nil {
+				hinted = true
+				quiet()
+				continue
+			}
+		}
 		if err != nil {
 			return 0, fmt.Errorf("after %d sends and %d receives: %v (QP %s; %s)", scnt, rcnt, err, r.qps[0].State(), describeCounters(r.counters()))
 		}
