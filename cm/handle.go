@@ -290,8 +290,7 @@ func (m *Manager) handleREP(now time.Time, from netip.Addr, rep *REP) error {
 		m.counters.DropMalformed++
 		return fmt.Errorf("cm: REP for %#08x with QPN 0", c.localID)
 	}
-	params := c.params
-	p := &params
+	p := &c.params // c is forgotten if Apply refuses: no copy to restore
 	p.RemoteQPN, p.SQPSN = rep.LocalQPN, rep.StartingPSN
 	p.MaxRdAtomic, p.MaxDestRdAtomic = rep.ResponderResources, rep.InitiatorDepth
 	p.RNRRetry = rep.RNRRetryCount
@@ -306,12 +305,11 @@ func (m *Manager) handleREP(now time.Time, from netip.Addr, rep *REP) error {
 			m.counters.RejectsSent++
 			m.send(from, c.tid, &REJ{LocalCommID: c.localID, RemoteCommID: rep.LocalCommID, MessageRejected: MsgREP, Reason: RejConsumer})
 			m.remove(c)
-			m.event(Event{Type: EventConnectError, ID: c.localID, Peer: from, ServiceID: c.serviceID, Params: params,
+			m.event(Event{Type: EventConnectError, ID: c.localID, Peer: from, ServiceID: c.serviceID, Params: c.params,
 				Reason: RejConsumer})
 			return fmt.Errorf("cm: REP for %#08x: %w (rejected)", c.localID, err)
 		}
 	}
-	c.params = params
 	c.rep = *rep
 	c.remoteID = rep.LocalCommID
 	m.remote[remoteKey{from, c.remoteID}] = c

@@ -598,8 +598,8 @@ func (m *Manager) Accept(now time.Time, id uint32, p AcceptParams) (QPParams, er
 	pp.LocalQPN, pp.RQPSN = p.QPN, p.StartingPSN
 	pp.MaxRdAtomic, pp.MaxDestRdAtomic = rep.InitiatorDepth, rep.ResponderResources
 	if p.Apply != nil {
-		applied := c.params
-		if err := p.Apply(&applied); err != nil {
+		// c is forgotten if Apply refuses: it may see c.params itself.
+		if err := p.Apply(&c.params); err != nil {
 			m.counters.AcceptFailures++
 			m.counters.RejectsSent++
 			m.send(c.peer, c.tid, &REJ{LocalCommID: c.localID, RemoteCommID: c.remoteID, MessageRejected: MsgREQ, Reason: RejConsumer})
