@@ -29,7 +29,21 @@
 // 2^timeout plus two packet lifetimes) up to MaxCMRetries times; then a
 // REJ with reason timeout goes out (REQ, REP) or the connection enters
 // TIMEWAIT (DREQ). A REQ for a service nobody listens on is answered at
-// once with a REJ, reason 8 (invalid service ID). Malformed MADs,
+// once with a REJ, reason 8 (invalid service ID); every other check a REQ
+// can fail also runs before the consumer sees it, with Linux's reasons:
+// a primary path GID that is not in Config.LocalGIDs (12, invalid GID,
+// cm.c cm_req_handler), a QP type the rdma_cm port space has not (a UC
+// REQ to RDMA_PS_TCP) and an IP CM header that is malformed or names
+// another destination (28, consumer defined, as cma.c's REQ handler
+// fails and cm_destroy_id rejects). AcceptParams.Apply moves the QP
+// before the REP is queued; when it fails a REJ (28) goes out instead,
+// as rdma_accept. A duplicate REQ while the consumer has not answered
+// gets an MRA (service timeout Config.MRAServiceTimeout, 24 as Linux's
+// CM_MRA_SETTING): Linux's rdma_cm asks cm.c to MRA a REQ it handed to
+// the user only when a duplicate comes (CMA_CM_MRA_SETTING with
+// IB_CM_MRA_FLAG_DELAY, ib_prepare_cm_mra in newer kernels), so a slow
+// Accept is covered once the active side resends its REQ after its
+// response timeout. Malformed MADs,
 // unknown attributes and messages for no connection are dropped and
 // counted (Counters).
 //
@@ -51,11 +65,12 @@
 //     SEND from QP1 to QPN 1 with RemoteQKey bth.GSIQKey, its AH to
 //     Outgoing.To (UDP port 4791);
 //   - handle each Manager.PollEvent: on EventConnectRequest create an RC
-//     QP, move it to INIT and call Accept (or Reject), then apply the
-//     returned QPParams before the REP leaves; on EventEstablished of the
-//     active side apply Event.Params (the RTU is already queued); on
-//     EventDisconnected move the QP to ERR; on EventTimeWaitExit destroy
-//     it;
+//     QP, move it to INIT and call Accept (or Reject) with an
+//     AcceptParams.Apply that moves it to RTR and RTS (the REP is queued
+//     only if that worked); give Dial a DialParams.Apply that does the
+//     same on the REP (the RTU is queued only if it worked, else a REJ
+//     and EventConnectError); on EventDisconnected move the QP to ERR; on
+//     EventTimeWaitExit destroy it;
 //   - when a QP whose connection is still in REP_SENT receives its first
 //     packet (the RTU was lost), call Manager.CommEstablished;
 //   - arm one timer at Manager.Deadline and call HandleTimeout when it

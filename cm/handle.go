@@ -72,8 +72,48 @@ func (m *Manager) byLocal(from netip.Addr, id uint32) *conn {
 
 // rejectREQ answers a REQ no connection takes.
 func (m *Manager) rejectREQ(from netip.Addr, tid uint64, req *REQ, reason RejectReason) {
+	m.rejectREQARI(from, tid, req, reason, nil)
+}
+
+// rejectREQARI answers a REQ no connection takes, with additional
+// rejection information.
+func (m *Manager) rejectREQARI(from netip.Addr, tid uint64, req *REQ, reason RejectReason, ari []byte) {
 	m.counters.RejectsSent++
-	m.send(from, tid, &REJ{RemoteCommID: req.LocalCommID, MessageRejected: MsgREQ, Reason: reason})
+	rej := &REJ{RemoteCommID: req.LocalCommID, MessageRejected: MsgREQ, Reason: reason, ARILength: uint8(len(ari))}
+	copy(rej.ARI[:], ari)
+	m.send(from, tid, rej)
+}
+
+// isLocal reports whether a is one of Config.LocalGIDs (any address when
+// none is configured).
+func (m *Manager) isLocal(a netip.Addr) bool {
+	if len(m.cfg.LocalGIDs) == 0 {
+		return true
+	}
+	a = a.Unmap().WithZone("")
+	for _, g := range m.cfg.LocalGIDs {
+		if g.Unmap().WithZone("") == a {
+			return true
+		}
+	}
+	return false
+}
+
+// portSpaceTakes reports whether a REQ of transport service type st may
+// connect to the RDMA IP CM port space ps. rdma_cm fixes the QP type of
+// an rdma_cm_id by its port space (librdmacm rdma_create_id,
+// ucma_get_qp_type: RDMA_PS_TCP and RDMA_PS_IPOIB give RC, RDMA_PS_UDP
+// gives UD, which connects by SIDR and takes no REQ, RDMA_PS_IB takes
+// what the user gives); Linux cma_ib_check_req_qp_type refuses a REQ whose
+// QP type is not the listener's.
+func portSpaceTakes(ps uint16, st uint8) bool {
+	switch ps {
+	case PortSpaceTCP, PortSpaceIPoIB:
+		return st == ServiceRC
+	case PortSpaceUDP:
+		return false
+	}
+	return st == ServiceRC || st == ServiceUC
 }
 
 func (m *Manager) handleREQ(now time.Time, from netip.Addr, h *Header, req *REQ) error {
@@ -109,6 +149,46 @@ func (m *Manager) handleREQ(now time.Time, from netip.Addr, h *Header, req *REQ)
 		m.rejectREQ(from, h.TransactionID, req, RejInvalidMTU)
 		return fmt.Errorf("cm: REQ with path MTU code %d: rejected", req.PathMTU)
 	}
+	// The checks Linux makes before a REQ reaches the consumer, in its
+	// order; each fails with a REJ and no connection is made, so that no
+	// REP can go out for a REQ that cannot be served.
+	if !m.isLocal(req.Primary.RemoteGID) {
+		// cm.c cm_req_handler: the primary path's GID (the REQ's Primary
+		// Remote Port GID: this side) is not one of this port's, so no
+		// address vector can be made; the REJ says invalid GID and its ARI
+		// carries the port's GID at index 0.
+		m.counters.DropBadGID++
+		g := m.cfg.LocalGIDs[0].Unmap().As16()
+		m.rejectREQARI(from, h.TransactionID, req, RejInvalidGID, g[:])
+		return fmt.Errorf("cm: REQ for GID %v, which is not this device's: rejected", req.Primary.RemoteGID)
+	}
+	var ip IPHeader
+	hasIP := false
+	if ps, _, ok := ParseServiceID(req.ServiceID); ok {
+		// rdma_cm's listener (cma.c cma_ib_req_handler) refuses what it
+		// cannot take by failing the REQ event, and cm.c's cm_destroy_id
+		// then sends a REJ with reason consumer defined (28): a QP type
+		// the port space does not have (cma_ib_check_req_qp_type), and
+		// private data whose IP CM header is not version 0 with IP
+		// version 4 or 6, or names a destination address that is not this
+		// side's (cma_match_private_data, cma_save_ip_info).
+		if !portSpaceTakes(ps, req.TransportServiceType) {
+			m.counters.DropBadTransport++
+			m.rejectREQ(from, h.TransactionID, req, RejConsumer)
+			return fmt.Errorf("cm: REQ for transport service type %d on an rdma_cm port space %#04x: rejected", req.TransportServiceType, ps)
+		}
+		if err := ip.Decode(req.PrivateData[:]); err != nil {
+			m.counters.DropBadPrivateData++
+			m.rejectREQ(from, h.TransactionID, req, RejConsumer)
+			return fmt.Errorf("cm: REQ for an rdma_cm service ID: %w: rejected", err)
+		}
+		if !m.isLocal(ip.Dst) {
+			m.counters.DropBadPrivateData++
+			m.rejectREQ(from, h.TransactionID, req, RejConsumer)
+			return fmt.Errorf("cm: REQ whose IP CM header names destination %v, not this side: rejected", ip.Dst)
+		}
+		hasIP = true
+	}
 	if len(m.conns) >= m.cfg.MaxConnections {
 		m.counters.DropNoResources++
 		m.rejectREQ(from, h.TransactionID, req, RejNoResources)
@@ -128,8 +208,8 @@ func (m *Manager) handleREQ(now time.Time, from netip.Addr, h *Header, req *REQ)
 	r := *req // the caller's copy
 	e := Event{Type: EventConnectRequest, ID: c.localID, Peer: from, ServiceID: req.ServiceID, Params: c.params,
 		Request: &r, PrivateData: r.PrivateData[:]}
-	if _, _, ok := ParseServiceID(req.ServiceID); ok && e.IP.Decode(req.PrivateData[:]) == nil {
-		e.HasIP = true
+	if hasIP {
+		e.IP, e.HasIP = ip, true
 		e.PrivateData = r.PrivateData[IPHeaderLen:]
 	}
 	m.event(e)
@@ -210,15 +290,29 @@ func (m *Manager) handleREP(now time.Time, from netip.Addr, rep *REP) error {
 		m.counters.DropMalformed++
 		return fmt.Errorf("cm: REP for %#08x with QPN 0", c.localID)
 	}
-	c.rep = *rep
-	c.remoteID = rep.LocalCommID
-	m.remote[remoteKey{from, c.remoteID}] = c
-	p := &c.params
+	p := &c.params // c is forgotten if Apply refuses: no copy to restore
 	p.RemoteQPN, p.SQPSN = rep.LocalQPN, rep.StartingPSN
 	p.MaxRdAtomic, p.MaxDestRdAtomic = rep.ResponderResources, rep.InitiatorDepth
 	p.RNRRetry = rep.RNRRetryCount
 	p.Timeout = ackTimeout(rep.TargetACKDelay, m.cfg.PacketLifeTime)
 	p.UsesSRQ = rep.SRQ
+	if c.apply != nil {
+		if err := c.apply(p); err != nil {
+			// cma.c cma_rep_recv: the QP cannot take the REP's values; a
+			// REJ instead of the RTU, and the ID goes back to idle
+			// (cm.c: a REJ in REP_RCVD resets the ID).
+			m.counters.REPsRefused++
+			m.counters.RejectsSent++
+			m.send(from, c.tid, &REJ{LocalCommID: c.localID, RemoteCommID: rep.LocalCommID, MessageRejected: MsgREP, Reason: RejConsumer})
+			m.remove(c)
+			m.event(Event{Type: EventConnectError, ID: c.localID, Peer: from, ServiceID: c.serviceID, Params: c.params,
+				Reason: RejConsumer})
+			return fmt.Errorf("cm: REP for %#08x: %w (rejected)", c.localID, err)
+		}
+	}
+	c.rep = *rep
+	c.remoteID = rep.LocalCommID
+	m.remote[remoteKey{from, c.remoteID}] = c
 	c.state = StateEstablished
 	c.deadline = time.Time{}
 	m.send(from, c.tid, &RTU{LocalCommID: c.localID, RemoteCommID: c.remoteID})

@@ -62,6 +62,13 @@ type Config struct {
 	// polled; what does not fit is dropped and counted (DropQueueFull).
 	// 0 means DefaultQueueLen.
 	QueueLen int
+	// LocalGIDs are this device's addresses (its GIDs). A REQ whose
+	// primary path names another as this side's GID (its Primary Remote
+	// Port GID) is rejected with RejInvalidGID and LocalGIDs[0] as ARI, and
+	// a REQ for an RDMA IP CM service ID whose IP CM header names another
+	// destination with RejConsumer, as Linux does. Empty: every address is
+	// taken as this device's.
+	LocalGIDs []netip.Addr
 	// Rand draws communication IDs and starting PSNs; nil means a
 	// generator seeded at random.
 	Rand *rand.Rand
@@ -149,9 +156,14 @@ const (
 	// EventTimeWaitExit: TIMEWAIT is over and the Manager has forgotten the
 	// connection (RDMA_CM_EVENT_TIMEWAIT_EXIT).
 	EventTimeWaitExit
+	// EventConnectError (active): the REP came but DialParams.Apply
+	// refused its values; a REJ (consumer defined) went to the peer
+	// instead of the RTU and the connection is forgotten
+	// (RDMA_CM_EVENT_CONNECT_ERROR, as cma.c's cma_rep_recv).
+	EventConnectError
 )
 
-var eventNames = [...]string{"", "CONNECT_REQUEST", "ESTABLISHED", "REJECTED", "UNREACHABLE", "DISCONNECTED", "TIMEWAIT_EXIT"}
+var eventNames = [...]string{"", "CONNECT_REQUEST", "ESTABLISHED", "REJECTED", "UNREACHABLE", "DISCONNECTED", "TIMEWAIT_EXIT", "CONNECT_ERROR"}
 
 func (e EventType) String() string {
 	if int(e) < len(eventNames) && e != 0 {
@@ -212,7 +224,18 @@ type Counters struct {
 	DropBadQPN       uint64 // a DREQ naming a QPN that is not the connection's
 	DropQueueFull    uint64 // a MAD or event that did not fit its queue
 	DropNoResources  uint64 // REQs rejected because MaxConnections are held
-	DropBadTransport uint64 // REQs for RD or a reserved service type, rejected
+	DropBadTransport uint64 // REQs for RD or a reserved service type, or a type the rdma_cm port space has not (UC to RDMA_PS_TCP), rejected
+	DropBadGID       uint64 // REQs whose primary path names a GID not in Config.LocalGIDs, rejected (invalid GID)
+	// DropBadPrivateData counts REQs for an RDMA IP CM service ID whose
+	// IP CM header is malformed or names another destination, rejected
+	// (consumer defined).
+	DropBadPrivateData uint64
+	// AcceptFailures counts connect requests Accept rejected because
+	// AcceptParams.Apply failed (consumer defined).
+	AcceptFailures uint64
+	// REPsRefused counts REPs answered with a REJ (consumer defined)
+	// instead of an RTU because DialParams.Apply failed.
+	REPsRefused uint64
 }
 
 type remoteKey struct {
@@ -236,6 +259,8 @@ type conn struct {
 	resend   [MADLen]byte
 	retries  int
 	deadline time.Time // zero: no timer
+	// apply moves the active side's QP on the REP (DialParams.Apply)
+	apply func(*QPParams) error
 }
 
 // Manager is the CM of one device: listeners by service ID, connections
@@ -434,6 +459,14 @@ type DialParams struct {
 	// PrivateData follows the IP CM header (at most 56 bytes) or fills the
 	// REQ's private data (92 bytes).
 	PrivateData []byte
+	// Apply, when set, is called with the negotiated values when the REP
+	// comes, before the RTU is queued: it moves the caller's QP to RTR and
+	// RTS. When it fails, no RTU goes out: a REJ with reason consumer
+	// defined does, the connection is forgotten and EventConnectError is
+	// reported, as Linux's rdma_cm does when the REP's values cannot be
+	// applied (cma.c cma_rep_recv: the QP to ERR, IB_CM_REJ_CONSUMER_DEFINED,
+	// RDMA_CM_EVENT_CONNECT_ERROR).
+	Apply func(*QPParams) error
 }
 
 // Dial starts a connection (active side, IDLE -> REQ_SENT): it queues a
@@ -457,7 +490,8 @@ func (m *Manager) Dial(now time.Time, p DialParams) (uint32, error) {
 		return 0, fmt.Errorf("%w: dial parameters (QPN %#x, PSN %#x, MTU %d, retry %d, RNR retry %d, flow label %#x, %v -> %v)",
 			ErrFieldRange, p.QPN, uint32(p.StartingPSN), p.PathMTU, p.RetryCount, p.RNRRetryCount, p.FlowLabel, p.Local, p.Remote)
 	}
-	c := &conn{state: StateREQSent, active: true, localID: m.newLocalID(), peer: p.Remote.Unmap(), serviceID: p.ServiceID}
+	c := &conn{state: StateREQSent, active: true, localID: m.newLocalID(), peer: p.Remote.Unmap(), serviceID: p.ServiceID,
+		apply: p.Apply}
 	if p.StartingPSN == 0 {
 		p.StartingPSN = m.randomPSN()
 	}
@@ -513,6 +547,14 @@ type AcceptParams struct {
 	RNRRetryCount      uint8 // RNR retries the active side's sender makes, 0-7
 	SRQ                bool
 	PrivateData        []byte // at most 196 bytes
+	// Apply, when set, is called with the negotiated values before the
+	// REP is queued: it moves the caller's QP to RTR and RTS (as
+	// QPParams.Apply). When it fails, no REP goes out: Accept sends a REJ
+	// with reason consumer defined instead, forgets the connection and
+	// returns the error, as Linux's rdma_accept rejects a request whose QP
+	// cannot be moved (cma.c: cma_modify_qp_rtr/rts fail, then
+	// rdma_reject with IB_CM_REJ_CONSUMER_DEFINED).
+	Apply func(*QPParams) error
 }
 
 func (m *Manager) lookup(id uint32) (*conn, error) {
@@ -525,7 +567,9 @@ func (m *Manager) lookup(id uint32) (*conn, error) {
 
 // Accept answers a connect request (REQ_RCVD or MRA_REQ_SENT -> REP_SENT):
 // it queues a REP and returns the negotiated values, which the caller
-// applies to its QP (QPParams.Apply) before the REP leaves. The REP is
+// applies to its QP before the REP leaves: give AcceptParams.Apply, so
+// that a QP that cannot take them gets the peer a REJ (consumer defined)
+// instead of a REP. The REP is
 // resent every LocalCMResponseTimeout (the REQ's) + 2 * PacketLifeTime up
 // to the REQ's MaxCMRetries; EventEstablished follows the RTU (or
 // CommEstablished). Errors: ErrNoConnection, ErrState, ErrFieldRange.
@@ -553,6 +597,16 @@ func (m *Manager) Accept(now time.Time, id uint32, p AcceptParams) (QPParams, er
 	pp := &c.params
 	pp.LocalQPN, pp.RQPSN = p.QPN, p.StartingPSN
 	pp.MaxRdAtomic, pp.MaxDestRdAtomic = rep.InitiatorDepth, rep.ResponderResources
+	if p.Apply != nil {
+		// c is forgotten if Apply refuses: it may see c.params itself.
+		if err := p.Apply(&c.params); err != nil {
+			m.counters.AcceptFailures++
+			m.counters.RejectsSent++
+			m.send(c.peer, c.tid, &REJ{LocalCommID: c.localID, RemoteCommID: c.remoteID, MessageRejected: MsgREQ, Reason: RejConsumer})
+			m.remove(c)
+			return QPParams{}, fmt.Errorf("cm: accept %#08x: %w (rejected)", id, err)
+		}
+	}
 	c.state = StateREPSent
 	c.resend = m.send(c.peer, c.tid, rep)
 	c.retries = int(c.req.MaxCMRetries)

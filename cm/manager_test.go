@@ -119,6 +119,15 @@ func (p *pair) lastEvent(i int, typ EventType) Event {
 	return Event{}
 }
 
+// withIPHeader gives a hand-made REQ for an rdma_cm service ID the IP CM
+// header rdma_cm puts first in its private data (A at port 0xc725 to B).
+func withIPHeader(r *REQ) {
+	h := IPHeader{Src: netip.AddrPortFrom(addrA, 0xc725), Dst: addrB}
+	if _, err := h.Append(r.PrivateData[:0]); err != nil {
+		panic(err)
+	}
+}
+
 func dialParams() DialParams {
 	return DialParams{Local: addrA, Remote: addrB, ServiceID: svc, SrcPort: 0xc725, QPN: 0x11, StartingPSN: 0xe1a47d,
 		PathMTU: qp.IBV_MTU_1024, ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7,
@@ -604,6 +613,7 @@ func TestREQChecks(t *testing.T) {
 	now := time.Unix(0, 0)
 	reqMAD := func(id uint32, mut func(*REQ)) []byte {
 		r := &REQ{LocalCommID: id, ServiceID: svc, LocalQPN: 5, PathMTU: 3}
+		withIPHeader(r)
 		mut(r)
 		b, err := AppendMAD(nil, uint64(id), r)
 		require.NoError(t, err)
@@ -899,7 +909,9 @@ func TestQueuesBounded(t *testing.T) {
 	require.NoError(t, m.Listen(svc))
 	now := time.Unix(0, 0)
 	for i := range 4 {
-		b, err := AppendMAD(nil, 1, &REQ{LocalCommID: uint32(i + 1), ServiceID: svc, LocalQPN: 5, PathMTU: 3})
+		r := &REQ{LocalCommID: uint32(i + 1), ServiceID: svc, LocalQPN: 5, PathMTU: 3}
+		withIPHeader(r)
+		b, err := AppendMAD(nil, 1, r)
 		require.NoError(t, err)
 		require.NoError(t, m.HandleMAD(now, addrA, b))
 		b, err = AppendMAD(nil, 1, &DREQ{LocalCommID: 9, RemoteCommID: 9})
@@ -969,4 +981,139 @@ func TestApplyError(t *testing.T) {
 	require.NoError(t, err)
 	pp := QPParams{TransportService: ServiceRC, PathMTU: qp.IBV_MTU_1024, RemoteQPN: 5, Remote: addrB}
 	require.Error(t, pp.Apply(q), "a QP in RESET cannot go to RTR")
+}
+
+// Every check a REQ can fail runs before anything is reported or a REP
+// can go out: a REQ naming a GID that is not ours, a UC REQ to an rdma_cm
+// TCP port, an IP CM header that is not one, or one naming another
+// destination each get a REJ with the reason Linux gives, are counted,
+// and leave no connection; a good REQ after them is still taken.
+func TestREQRejectedBeforeEvent(t *testing.T) {
+	m := NewManager(Config{LocalGIDs: []netip.Addr{addrB}})
+	require.NoError(t, m.Listen(svc))
+	other := ServiceID(0x0200, 1) // not an RDMA IP CM service ID
+	require.NoError(t, m.Listen(other))
+	now := time.Unix(0, 0)
+	handle := func(id uint32, mut func(*REQ)) error {
+		r := &REQ{LocalCommID: id, ServiceID: svc, LocalQPN: 5, PathMTU: 3,
+			Primary: Path{LocalGID: addrA, RemoteGID: addrB}}
+		withIPHeader(r)
+		mut(r)
+		b, err := AppendMAD(nil, uint64(id), r)
+		require.NoError(t, err)
+		return m.HandleMAD(now, addrA, b)
+	}
+	rej := func(id uint32) *REJ {
+		t.Helper()
+		o, ok := m.PollMAD()
+		require.True(t, ok)
+		_, msg, err := DecodeMAD(o.MAD[:])
+		require.NoError(t, err)
+		r, ok := msg.(*REJ)
+		require.True(t, ok, "a REJ, not %v", msg.Attr())
+		require.Equal(t, id, r.RemoteCommID)
+		require.Equal(t, uint8(MsgREQ), r.MessageRejected)
+		_, more := m.PollMAD()
+		require.False(t, more)
+		return r
+	}
+
+	require.Error(t, handle(1, func(r *REQ) { r.Primary.RemoteGID = netip.MustParseAddr("192.0.2.99") }))
+	r := rej(1)
+	require.Equal(t, RejInvalidGID, r.Reason)
+	gid := addrB.As16()
+	require.Equal(t, uint8(16), r.ARILength)
+	require.Equal(t, gid[:], r.ARIBytes())
+
+	require.Error(t, handle(2, func(r *REQ) { r.TransportServiceType = ServiceUC }))
+	require.Equal(t, RejConsumer, rej(2).Reason)
+
+	require.Error(t, handle(3, func(r *REQ) { r.PrivateData[0] = 0x10 })) // major version 1
+	require.Equal(t, RejConsumer, rej(3).Reason)
+	require.Error(t, handle(4, func(r *REQ) { r.PrivateData[1] = 0x50 })) // IP version 5
+	require.Equal(t, RejConsumer, rej(4).Reason)
+	require.Error(t, handle(5, func(r *REQ) { r.PrivateData[35] ^= 0xff })) // another destination
+	require.Equal(t, RejConsumer, rej(5).Reason)
+
+	c := m.Counters()
+	require.Equal(t, uint64(1), c.DropBadGID)
+	require.Equal(t, uint64(1), c.DropBadTransport)
+	require.Equal(t, uint64(3), c.DropBadPrivateData)
+	require.Equal(t, uint64(5), c.RejectsSent)
+	require.Zero(t, m.Len())
+	_, ok := m.PollEvent()
+	require.False(t, ok, "no rejected REQ reaches the consumer")
+
+	// UC to a service ID that is not rdma_cm's, and RC to rdma_cm's TCP
+	// port: both reported.
+	require.NoError(t, handle(6, func(r *REQ) { r.ServiceID, r.TransportServiceType = other, ServiceUC }))
+	require.NoError(t, handle(7, func(r *REQ) {}))
+	require.Equal(t, 2, m.Len())
+}
+
+// When Accept's Apply fails (the QP cannot take the negotiated values), a
+// REJ goes out instead of the REP, the active side sees EventRejected and
+// never a REP, and the passive side forgets the connection.
+func TestAcceptApplyFailsRejects(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	idA, err := p.a.Dial(p.now, dialParams())
+	require.NoError(t, err)
+	p.deliver()
+	req := p.lastEvent(1, EventConnectRequest)
+	ap := acceptParams()
+	var seen QPParams
+	ap.Apply = func(q *QPParams) error { seen = *q; return qp.ErrBadAttr }
+	_, err = p.b.Accept(p.now, req.ID, ap)
+	require.ErrorIs(t, err, qp.ErrBadAttr)
+	require.Equal(t, uint32(0x12), seen.LocalQPN)
+	require.Equal(t, bth.PSN(0x8c84dd), seen.RQPSN)
+	p.deliver()
+	require.Equal(t, []AttrID{AttrREQ, AttrREJ}, p.sent)
+	require.Equal(t, RejConsumer, p.lastEvent(0, EventRejected).Reason)
+	require.Equal(t, StateIdle, p.a.State(idA))
+	require.Equal(t, StateIdle, p.b.State(req.ID))
+	require.Equal(t, uint64(1), p.b.Counters().AcceptFailures)
+	// A good Apply connects.
+	applied := false
+	ap.Apply = func(*QPParams) error { applied = true; return nil }
+	idA, err = p.a.Dial(p.now, dialParams())
+	require.NoError(t, err)
+	p.deliver()
+	idB := p.lastEvent(1, EventConnectRequest).ID
+	_, err = p.b.Accept(p.now, idB, ap)
+	require.NoError(t, err)
+	p.deliver()
+	require.True(t, applied)
+	require.Equal(t, StateEstablished, p.a.State(idA))
+	require.Equal(t, StateEstablished, p.b.State(idB))
+}
+
+// When Dial's Apply refuses the REP's values, a REJ (consumer defined,
+// message REP) goes out instead of the RTU, the active side reports
+// EventConnectError and forgets the connection, and the passive side,
+// whose REP was rejected, enters TIMEWAIT with EventRejected.
+func TestDialApplyFailsRejectsREP(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	dp := dialParams()
+	var seen QPParams
+	dp.Apply = func(q *QPParams) error { seen = *q; return qp.ErrBadAttr }
+	idA, err := p.a.Dial(p.now, dp)
+	require.NoError(t, err)
+	p.deliver()
+	idB := p.lastEvent(1, EventConnectRequest).ID
+	_, err = p.b.Accept(p.now, idB, acceptParams())
+	require.NoError(t, err)
+	p.deliver()
+	require.Equal(t, []AttrID{AttrREQ, AttrREP, AttrREJ}, p.sent)
+	require.Equal(t, uint32(0x12), seen.RemoteQPN, "Apply saw the REP's values")
+	require.Equal(t, bth.PSN(0x8c84dd), seen.SQPSN)
+	e := p.lastEvent(0, EventConnectError)
+	require.Equal(t, idA, e.ID)
+	require.Equal(t, RejConsumer, e.Reason)
+	require.Zero(t, count(p.events[0], EventEstablished))
+	require.Equal(t, StateIdle, p.a.State(idA))
+	require.Equal(t, uint64(1), p.a.Counters().REPsRefused)
+	require.Equal(t, RejConsumer, p.lastEvent(1, EventRejected).Reason)
+	require.Equal(t, StateTimeWait, p.b.State(idB))
+	require.Equal(t, "CONNECT_ERROR", EventConnectError.String())
 }

@@ -156,6 +156,17 @@ func (udService) postable(op WROpcode) bool { return op == IBV_WR_SEND || op == 
 
 func (udService) outOfSequence(r *responder, p *bth.Packet, info *bth.OpInfo) bool { return true }
 
+// requestSent completes the WQE, as UC. QP1's SENDs (the CM's MADs) carry
+// AckReq set, as rxe sends them (the rxe rdma_cm capture: every MAD to
+// QP1 has A=1; rxe's UD data packets do not); UD has no ACK, so a
+// receiver ignores the bit.
+func (udService) requestSent(now time.Time, r *requester, out *bth.Packet, last bool) {
+	if r.q.QPN == 1 {
+		out.BTH.AckReq = true
+	}
+	ucService{}.requestSent(now, r, out, last)
+}
+
 // abandon ends the message in progress without completing it (UC and UD):
 // its receive WQE, if it took one, goes back to the head of its queue to
 // receive the next message.

@@ -28,6 +28,7 @@ type Conn struct {
 	err          error
 	disconnected bool
 	qpDestroyed  bool
+	applyErr     error         // active: why the REP's values did not apply
 	ready        chan struct{} // closed when established or failed
 	disc         chan struct{} // closed at EventDisconnected
 }

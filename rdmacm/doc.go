@@ -20,6 +20,16 @@
 // goes to ERR, a DREQ goes out, the DREP is awaited); Conn.Close destroys
 // the QP as rdma_destroy_qp.
 //
+// Every check a REQ can fail runs before a REP can go out (package cm:
+// the GID is the Service's address, rdma_cm's TCP port space takes RC
+// only, the IP CM header is well-formed and names this address), and
+// Accept moves the QP to RTS before the REP is queued; a request that
+// fails gets a REJ with Linux's reason and Accept takes the next one
+// (Stats.AcceptFailures). Dial moves its QP on the REP before the RTU is
+// queued; a REP the QP cannot take gets a REJ and Dial fails with
+// ErrConnectError. A slow Accept is covered by an MRA once the peer resends
+// its REQ, as Linux's CM does.
+//
 // The communication-established event (IBTA 11.6.3.1, IBV_EVENT_COMM_EST)
 // that tells a passive side its peer is sending before the RTU came: the
 // transport raises no such event, so while an accepted connection waits

@@ -63,6 +63,10 @@ var (
 	// ErrRejected: the peer answered with a REJ; the error is a
 	// *RejectError carrying the reason.
 	ErrRejected = errors.New("rdmacm: connection rejected")
+	// ErrConnectError: the peer's REP came with values the QP did not
+	// take; the peer got a REJ (consumer defined) instead of the RTU
+	// (RDMA_CM_EVENT_CONNECT_ERROR).
+	ErrConnectError = errors.New("rdmacm: connect error")
 )
 
 // RejectError is a REJ received for a connection (RDMA_CM_EVENT_REJECTED).
@@ -85,6 +89,10 @@ type Stats struct {
 	QPs         int    // RC QPs the Service created and has not destroyed
 	SendErrors  uint64 // MADs QP1 refused to send (dropped)
 	RecvErrors  uint64 // QP1 receive completions in error
+	// AcceptFailures counts connect requests Accept went past: the QP did
+	// not take the REQ's values (a REJ went out), or the peer rejected or
+	// never answered the REP.
+	AcceptFailures uint64
 	// QP1 are the GSI QP's counters: QKeyViolations counts datagrams
 	// to QP1 whose Q_Key is not 0x80010000 (dropped before the Manager).
 	QP1 qp.Counters
@@ -113,9 +121,11 @@ type Service struct {
 	qps       int
 	sendErrs  uint64
 	recvErrs  uint64
-	closed    bool
-	cancel    context.CancelFunc
-	done      chan struct{}
+	// acceptFailures: requests Accept gave up on and went past
+	acceptFailures uint64
+	closed         bool
+	cancel         context.CancelFunc
+	done           chan struct{}
 }
 
 const sendWRIDFlag = 1 << 32
@@ -149,6 +159,11 @@ func New(ep *transport.Endpoint, cfg Config) (*Service, error) {
 	}
 	if s.cfg.CommEstPoll <= 0 {
 		s.cfg.CommEstPoll = DefaultCommEstPoll
+	}
+	if len(s.cfg.CM.LocalGIDs) == 0 {
+		// REQs for another address are rejected (invalid GID) before any
+		// QP is made for them.
+		s.cfg.CM.LocalGIDs = []netip.Addr{s.local.Unmap().WithZone("")}
 	}
 	if s.cfg.CM.CAGUID == 0 {
 		// A GUID of our own, derived from the address as rxe derives it
@@ -217,7 +232,7 @@ func (s *Service) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return Stats{CM: s.mgr.Counters(), Connections: s.mgr.Len(), QPs: s.qps, SendErrors: s.sendErrs, RecvErrors: s.recvErrs,
-		QP1: s.qp1.Counters()}
+		AcceptFailures: s.acceptFailures, QP1: s.qp1.Counters()}
 }
 
 // run reads QP1's completions until ctx ends.
@@ -377,12 +392,8 @@ func (s *Service) handleEventLocked(now time.Time, ev cm.Event) {
 	switch ev.Type {
 	case cm.EventEstablished:
 		if c.active && !c.qpDestroyed {
+			// The QP is in RTS: the Manager's Apply moved it.
 			c.params = ev.Params
-			if err := s.applyLocked(c.qp, &c.params); err != nil {
-				c.finishLocked(fmt.Errorf("rdmacm: moving the QP to RTS: %w", err))
-				_ = s.mgr.Disconnect(now, c.id, nil)
-				return
-			}
 			c.privateData = append([]byte(nil), ev.PrivateData...)
 		}
 		if c.abandoned {
@@ -397,6 +408,14 @@ func (s *Service) handleEventLocked(now time.Time, ev cm.Event) {
 		delete(s.conns, c.id)
 	case cm.EventUnreachable:
 		c.finishLocked(ErrUnreachable)
+		s.toErrLocked(c)
+		delete(s.conns, c.id)
+	case cm.EventConnectError:
+		err := c.applyErr
+		if err == nil {
+			err = ErrClosed
+		}
+		c.finishLocked(fmt.Errorf("%w: the REP's values do not suit the QP (a REJ went to the peer): %w", ErrConnectError, err))
 		s.toErrLocked(c)
 		delete(s.conns, c.id)
 	case cm.EventDisconnected:
@@ -554,17 +573,32 @@ func (s *Service) Dial(ctx context.Context, addr netip.Addr, port uint16, p Conn
 		return nil, fmt.Errorf("rdmacm: dial %s port %d: %w", addr, port, err)
 	}
 	now := s.clock.Now()
+	var c *Conn
+	// The QP goes to RTS when the REP comes, before the RTU is queued: a
+	// REP whose values the QP does not take gets the peer a REJ, not an
+	// RTU (cma_rep_recv).
+	apply := func(pp *cm.QPParams) error {
+		if c == nil || c.abandoned || c.qpDestroyed {
+			return ErrClosed
+		}
+		err := s.applyLocked(c.qp, pp)
+		if err != nil {
+			c.applyErr = err
+		}
+		return err
+	}
 	id, err := s.mgr.Dial(now, cm.DialParams{Local: s.local, Remote: addr, ServiceID: cm.ServiceID(cm.PortSpaceTCP, port),
 		SrcPort: uint16(32768 + rand.IntN(28232)), QPN: q.QPN(), PathMTU: p.PathMTU,
 		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
-		RetryCount: p.RetryCount, RNRRetryCount: p.RNRRetryCount, SRQ: p.SRQ != nil, PrivateData: p.PrivateData})
+		RetryCount: p.RetryCount, RNRRetryCount: p.RNRRetryCount, SRQ: p.SRQ != nil, PrivateData: p.PrivateData,
+		Apply: apply})
 	if err != nil {
 		q.Destroy()
 		s.qps--
 		s.mu.Unlock()
 		return nil, fmt.Errorf("rdmacm: dial %s port %d: %w", addr, port, err)
 	}
-	c := newConn(s, id, q, true, addr)
+	c = newConn(s, id, q, true, addr)
 	s.conns[id] = c
 	s.pumpLocked(now)
 	s.mu.Unlock()
@@ -605,12 +639,19 @@ func (s *Service) Listen(port uint16) (*Listener, error) {
 // Port returns the port listened on.
 func (l *Listener) Port() uint16 { return l.port }
 
-// Accept waits for a connect request, creates its QP with p, accepts it
-// and waits until the connection is established (the RTU came, or the
-// peer's traffic did): rdma_get_request, rdma_create_qp and rdma_accept.
-// The Conn's PrivateData is the REQ's (after the IP CM header). Errors:
-// ErrClosed, ctx's, the QP's; a request whose REP is never answered gives
-// ErrUnreachable.
+// Accept waits for a connect request, creates its QP with p, moves the QP
+// to RTS with the negotiated values, answers with a REP and waits until
+// the connection is established (the RTU came, or the peer's traffic
+// did): rdma_get_request, rdma_create_qp and rdma_accept. The Conn's
+// PrivateData is the REQ's (after the IP CM header).
+//
+// One bad request does not end Accept: a REQ that fails the CM's checks
+// never reaches it (see cm.Manager: a REJ went out), a request whose
+// values the QP does not take is rejected (consumer defined, as
+// rdma_accept) and one whose REP the peer rejects or never answers is
+// dropped; each is counted (Stats.AcceptFailures) and Accept waits for
+// the next. Errors: ErrClosed, ctx's, the QP's creation, and p's values
+// (too much private data) after rejecting the request.
 func (l *Listener) Accept(ctx context.Context, p ConnParams) (*Conn, error) {
 	s := l.s
 	for {
@@ -650,28 +691,44 @@ func (l *Listener) Accept(ctx context.Context, p ConnParams) (*Conn, error) {
 		}
 		c := newConn(s, ev.ID, q, false, ev.Peer)
 		c.privateData = append([]byte(nil), ev.PrivateData...)
+		// The QP goes to RTS before the REP is queued: a QP that cannot
+		// take the REQ's values gets the peer a REJ, never a REP.
+		var applyErr error
 		params, err := s.mgr.Accept(now, ev.ID, cm.AcceptParams{QPN: q.QPN(), ResponderResources: p.ResponderResources,
-			InitiatorDepth: p.InitiatorDepth, RNRRetryCount: p.RNRRetryCount, SRQ: p.SRQ != nil, PrivateData: p.PrivateData})
-		if err == nil {
-			c.params = params
-			err = s.applyLocked(q, &c.params)
-			if err != nil {
-				_ = s.mgr.Disconnect(now, ev.ID, nil)
-			}
-		} else {
-			_ = s.mgr.Reject(now, ev.ID, cm.RejConsumer, nil)
-		}
+			InitiatorDepth: p.InitiatorDepth, RNRRetryCount: p.RNRRetryCount, SRQ: p.SRQ != nil, PrivateData: p.PrivateData,
+			Apply: func(pp *cm.QPParams) error { applyErr = s.applyLocked(q, pp); return applyErr }})
 		if err != nil {
+			if applyErr == nil {
+				// Our parameters are wrong (too much private data, say):
+				// the request is refused and the caller told.
+				_ = s.mgr.Reject(now, ev.ID, cm.RejConsumer, nil)
+			}
 			s.destroyQPLocked(c)
 			s.pumpLocked(now)
+			if applyErr != nil {
+				// This request's values do not suit the QP: it was
+				// rejected; wait for the next.
+				s.acceptFailures++
+				s.mu.Unlock()
+				continue
+			}
 			s.mu.Unlock()
 			return nil, fmt.Errorf("rdmacm: accept: %w", err)
 		}
+		c.params = params
 		c.accepted = true
 		s.conns[ev.ID] = c
 		s.pumpLocked(now)
 		s.mu.Unlock()
 		if err := c.wait(ctx); err != nil {
+			if ctx.Err() == nil && (errors.Is(err, ErrRejected) || errors.Is(err, ErrUnreachable)) {
+				// The peer refused our REP or never answered it: that
+				// request is over; wait for the next.
+				s.mu.Lock()
+				s.acceptFailures++
+				s.mu.Unlock()
+				continue
+			}
 			return nil, fmt.Errorf("rdmacm: accept: %w", err)
 		}
 		return c, nil

@@ -85,7 +85,7 @@ type Options struct {
 	Clock Clock
 	// DSCP is the DSCP of data packets from QPs whose address vector sets
 	// no traffic class. Such packets go out ECN-capable, ECT(0), unless
-	// NotECT is set. CNPs go out with their QP's cc.Params.CNPDSCP and
+	// NotECT is set. QP1's (the CM's MADs) go out with TOS 0, as rxe's. CNPs go out with their QP's cc.Params.CNPDSCP and
 	// ECT(0), as ConnectX sends them (TOS 0xC2 for DSCP 48).
 	DSCP   uint8
 	NotECT bool
@@ -109,6 +109,12 @@ type Stats struct {
 	BadSourcePortCNP uint64 `json:"rx_bad_source_port_cnp"`
 	CNPs             uint64 `json:"rx_cnps"`   // CNPs received (before the source checks)
 	SendErrors       uint64 `json:"tx_errors"` // datagrams the Conn refused
+	// With no QP1 on the Endpoint (no CM runs), the MADs to QP1:
+	// REQs answered with a REJ (invalid service ID), DREQs answered with
+	// a DREP, and the rest dropped.
+	CMRejects uint64 `json:"rx_cm_req_rejected"`
+	CMDREPs   uint64 `json:"rx_cm_dreq_answered"`
+	CMDropped uint64 `json:"rx_cm_dropped"`
 }
 
 // Endpoint runs queue pairs on one Conn: it reads datagrams, hands them to
@@ -138,6 +144,9 @@ type Endpoint struct {
 	pkt     bth.Packet
 	rx      bth.Packet
 	done    chan struct{}
+	// CM answers of an Endpoint without QP1 (gsi.go)
+	gsiOut []gsiAnswer
+	gsiPSN bth.PSN
 }
 
 // NewEndpoint starts an Endpoint on conn. Close stops it and closes conn.
@@ -235,6 +244,10 @@ func (ep *Endpoint) receiveLocked(now time.Time, d *Datagram) {
 	}
 	q := ep.qps[p.BTH.DestQP]
 	if q == nil {
+		if p.BTH.DestQP == 1 {
+			ep.answerGSILocked(p, d)
+			return
+		}
 		ep.stats.UnknownQP++
 		return
 	}
@@ -334,6 +347,7 @@ func (ep *Endpoint) flushLocked(now time.Time) {
 			ep.batch = append(ep.batch, d)
 		}
 	}
+	ep.appendGSILocked()
 	if len(ep.batch) > 0 {
 		n, err := ep.conn.WriteBatch(ep.batch)
 		ep.stats.Sent += uint64(n)
@@ -683,13 +697,17 @@ func (w *QP) setEncap(dqpn uint32, av qp.AddressVector) {
 		sport = w.ep.conn.SourcePort(bth.SourcePort(av.FlowLabel, w.q.QPN, dqpn))
 	}
 	tc := av.TrafficClass
-	if tc == 0 {
+	if tc == 0 && w.q.QPN != 1 {
 		ecn := bth.ECT0
 		if w.ep.opts.NotECT {
 			ecn = bth.NotECT
 		}
 		tc = bth.TrafficClass(w.ep.opts.DSCP, ecn)
 	}
+	// QP1's MADs (the CM's) go out with the traffic class their address
+	// handle gives, 0 by default: DSCP 0 and Not-ECT, as rxe sends them
+	// (TOS 0x00 in the rxe rdma_cm capture); Options.DSCP and ECT(0) are
+	// for data.
 	w.encap = bth.Encap{Src: local.Unmap(), Dst: av.Remote.Addr().Unmap(), SrcPort: sport, DstPort: dport,
 		TrafficClass: tc, HopLimit: av.HopLimit, FlowLabel: av.FlowLabel}
 	if !local.Unmap().Is4() {

@@ -39,6 +39,9 @@ type netFlags struct {
 	allowGID     bool
 	// stderr is where the Endpoint's warnings go (the flag set's output).
 	stderr io.Writer
+	// observe, when set, sees every datagram the Endpoint reads and
+	// writes (after the faults, as the capture).
+	observe transport.Observer
 }
 
 type multiFlag []string
@@ -143,6 +146,9 @@ func (n *netFlags) openEndpoint() (*transport.Endpoint, func(), error) {
 		// The capture sees what crosses the socket: outgoing packets
 		// after the faults, incoming ones before.
 		conn = transport.WithObserver(conn, nil, transport.CaptureObserver(w, [6]byte{}, [6]byte{}))
+	}
+	if n.observe != nil {
+		conn = transport.WithObserver(conn, nil, n.observe)
 	}
 	if len(faults.Rules()) > 0 {
 		conn = transport.WithFaults(conn, faults, nil)

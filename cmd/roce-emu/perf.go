@@ -306,6 +306,10 @@ func runPerf(kind string, args []string, stdout, stderr io.Writer) int {
 	}
 	if err := perftestRun(kind, host, op, mtu, &f, stdout); err != nil {
 		fmt.Fprintf(stderr, "roce-emu %s: %v\n", kind, err)
+		var intr *interruptedError
+		if errors.As(err, &intr) {
+			return intr.exitCode()
+		}
 		return 1
 	}
 	return 0

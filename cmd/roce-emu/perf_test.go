@@ -37,6 +37,7 @@ func runPerfPair(t *testing.T, kind string, extra ...string) (string, string) {
 		if ccode == 0 || !strings.Contains(cerr.String(), "cannot reach") {
 			break
 		}
+		time.Sleep(20 * time.Millisecond) // the server is not listening yet (a loaded machine)
 	}
 	wg.Wait()
 	require.Equal(t, 0, ccode, "client: %s", cerr.String())

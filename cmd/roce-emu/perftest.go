@@ -118,7 +118,13 @@ func perftestDial(ctx context.Context, host string, port int, out io.Writer) (ne
 
 // perftestRun is roce-emu bw/lat: perftest's steps for the test kind
 // ("bw" or "lat") of op, as client (host given) or server.
-func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, out io.Writer) error {
+//
+// On SIGINT or SIGTERM the run stops: with -R or -z its rdma_cm
+// connections are disconnected (DREQs, the DREPs awaited at most
+// cmDisconnectWait) so that the peer's perftest ends too, the capture is
+// closed whole, the counters are printed on stderr and the run ends with
+// an *interruptedError (exit 128+signal).
+func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, out io.Writer) (err error) {
 	client := host != ""
 	ep, closeAll, err := f.openEndpoint()
 	if err != nil {
@@ -133,9 +139,28 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
+	ctx, intr, stopSignals := withSignals(ctx)
+	defer stopSignals()
+	var pcm *perftestCM // -R or -z: the exchange over rdma_cm
+	cmDetail := "no rdma_cm connection was up"
+	defer func() { // after the connections are closed, before the capture is
+		sig := intr.caught()
+		if sig == nil {
+			return
+		}
+		if pcm != nil {
+			fmt.Fprintf(f.stderr, "roce-emu %s: cm counters: %s\n", kind, cmCounters(pcm.svc.Stats()))
+		}
+		if r != nil {
+			fmt.Fprintf(f.stderr, "roce-emu %s: qp counters: %s\n", kind, describeCounters(r.counters(nil)))
+		}
+		if !f.rdmaCM && !f.rdmaCMz {
+			cmDetail = "stopped"
+		}
+		err = &interruptedError{sig: sig, detail: cmDetail}
+	}()
 
 	var s *oob.Perftest
-	var pcm *perftestCM   // -R or -z: the exchange over rdma_cm
 	var peerIP netip.Addr // where the exchange came from: the GIDs are checked against it
 	if f.rdmaCM || f.rdmaCMz {
 		if pcm, err = perftestCMConnect(ctx, ep, f, host, out); err != nil {
@@ -143,7 +168,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		}
 		defer func() {
 			if pcm != nil {
-				pcm.close(ctx)
+				cmDetail, _ = pcm.close()
 			}
 		}()
 		peerIP = pcm.peer
@@ -341,11 +366,42 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 			return err
 		}
 	}
+	sum := r.counters(func(i int, c qp.Counters) {
+		if len(r.qps) > 1 {
+			fmt.Fprintf(out, " QP %d counters: %s\n", i, describeCounters(c))
+		}
+	})
+	fmt.Fprintf(out, " counters: %s\n", describeCounters(sum))
+	if d := describeDrops(ep.Stats()); d != "" {
+		fmt.Fprintf(out, " dropped: %s\n", d)
+	}
+	qs := make([]*transport.QP, len(r.qps))
+	for i, pq := range r.qps {
+		qs[i] = pq.q
+	}
+	fmt.Fprintf(out, " congestion (%s): %s\n", f.ccFlags.describe(), sumCC(qs))
+	fmt.Fprintf(out, " requests served: %d RDMA WRITE, %d RDMA READ, %d SEND, %d atomic\n", sum.RxWriteRequests, sum.RxReadRequests, sum.RxSendRequests, sum.RxAtomicRequests)
+	if pcm != nil {
+		_, err := pcm.close()
+		pcm = nil
+		if err != nil {
+			return err
+		}
+		if connect != nil {
+			fmt.Fprintf(out, " rdma_cm: %d data QPs disconnected\n", len(r.qps))
+		}
+	}
+	return nil
+}
+
+// counters sums the counters of the run's QPs, handing each QP's to each
+// first when it is not nil.
+func (r *perftestTraffic) counters(each func(i int, c qp.Counters)) qp.Counters {
 	var sum qp.Counters
 	for i, pq := range r.qps {
 		c := pq.q.Counters()
-		if len(r.qps) > 1 {
-			fmt.Fprintf(out, " QP %d counters: %s\n", i, describeCounters(c))
+		if each != nil {
+			each(i, c)
 		}
 		sum.SentPackets += c.SentPackets
 		sum.ReceivedPackets += c.ReceivedPackets
@@ -362,27 +418,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		sum.RxSendRequests += c.RxSendRequests
 		sum.RxAtomicRequests += c.RxAtomicRequests
 	}
-	fmt.Fprintf(out, " counters: %s\n", describeCounters(sum))
-	if d := describeDrops(ep.Stats()); d != "" {
-		fmt.Fprintf(out, " dropped: %s\n", d)
-	}
-	qs := make([]*transport.QP, len(r.qps))
-	for i, pq := range r.qps {
-		qs[i] = pq.q
-	}
-	fmt.Fprintf(out, " congestion (%s): %s\n", f.ccFlags.describe(), sumCC(qs))
-	fmt.Fprintf(out, " requests served: %d RDMA WRITE, %d RDMA READ, %d SEND, %d atomic\n", sum.RxWriteRequests, sum.RxReadRequests, sum.RxSendRequests, sum.RxAtomicRequests)
-	if pcm != nil {
-		err := pcm.close(ctx)
-		pcm = nil
-		if err != nil {
-			return err
-		}
-		if connect != nil {
-			fmt.Fprintf(out, " rdma_cm: %d data QPs disconnected\n", len(r.qps))
-		}
-	}
-	return nil
+	return sum
 }
 
 // atomicName is perftest's name of an atomic operation (-A).

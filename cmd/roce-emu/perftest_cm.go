@@ -263,20 +263,24 @@ func (c *perftestCM) connectQP(ctx context.Context, pd *transport.PD, cq *transp
 }
 
 // close disconnects the data QPs as perftest's rdma_cm_disconnect_nodes
-// does, then the comm QP, and stops the Service.
-func (c *perftestCM) close(ctx context.Context) error {
+// does, then the comm QP, and stops the Service. The DREPs are awaited at
+// most cmDisconnectWait for the data QPs and as long for the comm QP,
+// whatever state the run's context is in (a signal or --timeout ended
+// it): the peer learns the connections are gone. It says what happened
+// (see disconnectCM); err names the data QPs whose DREQ went unanswered.
+func (c *perftestCM) close() (detail string, err error) {
 	if c.listener != nil {
 		c.listener.Close()
 	}
-	var first error
-	for i, d := range c.data {
-		if err := d.Disconnect(ctx); err != nil && first == nil {
-			first = fmt.Errorf("disconnecting data QP %d: %w", i, err)
-		}
-	}
-	if c.conn != nil {
-		c.conn.Disconnect(ctx) // perftest destroys its comm cm_id; either side may go first
+	detail, missing := disconnectCM(c.data...)
+	// perftest destroys its comm cm_id last; either side may go first.
+	comm, _ := disconnectCM(c.conn)
+	if len(c.data) == 0 {
+		detail = comm
 	}
 	c.svc.Close()
-	return first
+	if missing > 0 {
+		err = fmt.Errorf("disconnecting the data QPs: %s", detail)
+	}
+	return detail, err
 }

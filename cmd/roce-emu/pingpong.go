@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -9,8 +10,10 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/roce-emu/roce-emu/bth"
 	"github.com/roce-emu/roce-emu/oob"
 	"github.com/roce-emu/roce-emu/qp"
 	"github.com/roce-emu/roce-emu/transport"
@@ -48,6 +51,10 @@ const pingpongPage = 4096
 // udPingpongQKey is ibv_ud_pingpong's Q_Key, on its QP and in every work
 // request.
 const udPingpongQKey = 0x11111111
+
+// pingpongQuiet is how long a run waits for a first packet from its peer
+// after the address exchange before it says what to check.
+const pingpongQuiet = 5 * time.Second
 
 // srqPingpongQPs is ibv_srq_pingpong's default -q.
 const srqPingpongQPs = 16
@@ -182,6 +189,10 @@ func runPingpong(mode string, args []string, stdout, stderr io.Writer) int {
 	}
 	if err := pingpong(mode, host, &f, stdout); err != nil {
 		fmt.Fprintf(stderr, "roce-emu %s: %v\n", mode, err)
+		var intr *interruptedError
+		if errors.As(err, &intr) {
+			return intr.exitCode()
+		}
 		return 1
 	}
 	return 0
@@ -250,8 +261,18 @@ type pingpongRun struct {
 	peer netip.Addr
 }
 
-func pingpong(mode, host string, f *pingpongFlags, out io.Writer) error {
+func pingpong(mode, host string, f *pingpongFlags, out io.Writer) (err error) {
 	mtu, _ := mtuFlag(f.mtu)
+	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+	defer cancel()
+	// A peer of another --connection: its first packet ends the run
+	// with a hint, instead of a hang until --timeout.
+	ctx, foreign := watchTransport(ctx, f)
+	defer func() {
+		if t, ok := foreign(); ok && err != nil {
+			err = fmt.Errorf("%w; %s", err, connectionHint(f, t))
+		}
+	}()
 	ep, closeAll, err := f.openEndpoint()
 	if err != nil {
 		return err
@@ -272,10 +293,18 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) error {
 			return err
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
-	defer cancel()
+	// SIGINT or SIGTERM end the run with the capture closed whole (the
+	// deferred closeAll) and the counters printed; exit 128+signal.
+	ctx, intr, stopSignals := withSignals(ctx)
+	defer stopSignals()
 
 	r := &pingpongRun{f: f, ep: ep, fill: 0x7b} // what rc/uc/ud_pingpong fill their buffer with
+	defer func() {
+		if sig := intr.caught(); sig != nil {
+			fmt.Fprintf(f.stderr, "roce-emu %s: qp counters: %s\n", mode, describeCounters(r.counters()))
+			err = &interruptedError{sig: sig, detail: "stopped"}
+		}
+	}()
 	if f.srq {
 		r.fill = 0 // srq_pingpong zeroes its buffer
 	}
@@ -318,7 +347,15 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) error {
 	for _, d := range remote {
 		fmt.Fprintf(out, "  remote address: %s\n", d)
 	}
-	secs, err := r.loop(ctx, mode == "client", remote)
+	// No packet at all from the peer for a while after the exchange:
+	// say what to check (the run goes on until --timeout).
+	quiet := func() {
+		if r.counters().ReceivedPackets == 0 {
+			fmt.Fprintf(f.stderr, "roce-emu %s: no packet from the peer in %v since the address exchange: check that both sides run the same --connection (RC, UC or UD) and --srq (%s), and that UDP port %d reaches this host\n",
+				mode, pingpongQuiet, f.program(), f.udpPort)
+		}
+	}
+	secs, err := r.loop(ctx, mode == "client", remote, quiet)
 	if err != nil {
 		return err
 	}
@@ -477,7 +514,9 @@ func (r *pingpongRun) exchangeSRQ(ctx context.Context, conn net.Conn, client boo
 // Receives are reposted when fewer than the QP count (rc/uc/ud: 1) are
 // left, and the run ends when -n sends and -n receives completed in all
 // (srq_pingpong counts over its QPs). It returns the seconds taken.
-func (r *pingpongRun) loop(ctx context.Context, client bool, remote []oob.Dest) (float64, error) {
+//
+// quiet is called once when no message came pingpongQuiet after the start.
+func (r *pingpongRun) loop(ctx context.Context, client bool, remote []oob.Dest, quiet func()) (float64, error) {
 	f := r.f
 	index := make(map[uint32]int, len(r.qps))
 	for i, q := range r.qps {
@@ -506,8 +545,23 @@ func (r *pingpongRun) loop(ctx context.Context, client bool, remote []oob.Dest) 
 	}
 	scnt, rcnt, routs := 0, 0, f.rxDepth
 	wc := make([]qp.WC, f.rxDepth+len(r.qps))
+	hinted := false
 	for rcnt < f.iters || scnt < f.iters {
-		n, err := r.cq.Wait(ctx, wc)
+		wctx, wcancel := ctx, context.CancelFunc(nil)
+		if !hinted && rcnt == 0 {
+			// Until the first message, wait no longer than the quiet
+			// time at once.
+			wctx, wcancel = context.WithDeadline(ctx, start.Add(pingpongQuiet))
+		}
+		n, err := r.cq.Wait(wctx, wc)
+		if wcancel != nil {
+			wcancel()
+			if err != nil && ctx.Err() == nil {
+				hinted = true
+				quiet()
+				continue
+			}
+		}
 		if err != nil {
 			return 0, fmt.Errorf("after %d sends and %d receives: %v (QP %s; %s)", scnt, rcnt, err, r.qps[0].State(), describeCounters(r.counters()))
 		}
@@ -624,4 +678,40 @@ func pingpongConn(ctx context.Context, client bool, host string, port int) (net.
 		return nil, fmt.Errorf("waiting for a client on TCP port %d: %v", port, err)
 	}
 	return c, nil
+}
+
+// watchTransport makes f's Endpoint watch for packets of another transport
+// service than its --connection (a UD SEND Only to an RC run, an RC SEND
+// to a UC run...): the address exchange of the pingpong programs carries
+// no QP type, so a peer started with another --connection exchanges
+// addresses fine and then sends what this side's QPs drop (counted as
+// opcode errors). The first such packet ends ctx; foreign then says which
+// service the peer speaks. QP1 (CM MADs, UD) and CNPs do not count.
+func watchTransport(parent context.Context, f *pingpongFlags) (ctx context.Context, foreign func() (bth.Transport, bool)) {
+	want := map[qp.QPType]bth.Transport{qp.IBV_QPT_RC: bth.TransportRC, qp.IBV_QPT_UC: bth.TransportUC, qp.IBV_QPT_UD: bth.TransportUD}[f.qpType]
+	ctx, cancel := context.WithCancel(parent)
+	var seen atomic.Int32 // the foreign transport + 1
+	f.observe = func(e *transport.Event) {
+		if e.Dir != transport.In || e.Packet == nil || e.Packet.BTH.DestQP == 1 {
+			return
+		}
+		switch t := e.Packet.BTH.Opcode.Transport(); t {
+		case bth.TransportRC, bth.TransportUC, bth.TransportUD:
+			if t != want && seen.CompareAndSwap(0, int32(t)+1) {
+				cancel()
+			}
+		}
+	}
+	return ctx, func() (bth.Transport, bool) {
+		v := seen.Load()
+		return bth.Transport(v - 1), v != 0
+	}
+}
+
+// connectionHint says what to do when the peer speaks transport service t.
+func connectionHint(f *pingpongFlags, t bth.Transport) string {
+	peer := map[bth.Transport]string{bth.TransportRC: "ibv_rc_pingpong or ibv_srq_pingpong", bth.TransportUC: "ibv_uc_pingpong",
+		bth.TransportUD: "ibv_ud_pingpong"}[t]
+	return fmt.Sprintf("the peer sends %s packets but this side runs %s (%s): the peer runs %s; start both sides with the same --connection (here --connection %s)",
+		t, f.qpType, f.program(), peer, t)
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -244,5 +245,50 @@ func TestPingpongFamilyBadFlags(t *testing.T) {
 		var o, e bytes.Buffer
 		assert.Equal(t, 2, run(c.args, &o, &e), "%v", c.args)
 		assert.Contains(t, e.String(), c.want, "%v", c.args)
+	}
+}
+
+// Server and client started with different --connection types exchange
+// addresses fine (the exchange carries no QP type); the first packet of
+// the other service ends the receiving side at once with a hint that
+// names the fix, and a side that hears nothing says what to check after
+// pingpongQuiet instead of waiting for --timeout in silence.
+func TestPingpongConnectionMismatch(t *testing.T) {
+	for _, tc := range []struct{ server, client, serverSees, clientTimeout string }{
+		{"UD", "RC", "the peer sends RC packets but this side runs UD (ibv_ud_pingpong): the peer runs ibv_rc_pingpong or ibv_srq_pingpong; start both sides with the same --connection (here --connection RC)", "7s"},
+		{"RC", "UD", "the peer sends UD packets but this side runs RC (ibv_rc_pingpong): the peer runs ibv_ud_pingpong; start both sides with the same --connection (here --connection UD)", "2s"},
+	} {
+		t.Run(tc.server+"-"+tc.client, func(t *testing.T) {
+			t.Parallel()
+			tcp, udp := freeTCPPort(t), freeUDPPort(t)
+			var wg sync.WaitGroup
+			var sout, serr lockedBuffer
+			var scode int
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				scode = run([]string{"server", "--connection", tc.server, "--bind", "127.0.0.2", "--udp-port", udp, "-p", tcp, "-s", "512", "--timeout", "30s"}, &sout, &serr)
+			}()
+			var cout, cerr bytes.Buffer
+			var ccode int
+			for try := 0; try < 50; try++ { // the server may not be listening yet
+				cout.Reset()
+				cerr.Reset()
+				ccode = run([]string{"client", "--connection", tc.client, "--bind", "127.0.0.1", "--udp-port", udp, "-p", tcp, "-s", "512",
+					"--timeout", tc.clientTimeout, "127.0.0.1"}, &cout, &cerr)
+				if ccode == 0 || !strings.Contains(cerr.String(), "cannot reach") {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			wg.Wait()
+			assert.Equal(t, 1, scode)
+			assert.Contains(t, serr.String(), tc.serverSees)
+			assert.NotContains(t, serr.String(), "deadline", "the server ended at the first packet, not at --timeout")
+			assert.Equal(t, 1, ccode)
+			if tc.client == "RC" {
+				assert.Contains(t, cerr.String(), "roce-emu client: no packet from the peer in 5s since the address exchange: check that both sides run the same --connection (RC, UC or UD)")
+			}
+		})
 	}
 }

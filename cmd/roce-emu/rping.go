@@ -81,6 +81,10 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := f.run(); err != nil {
 		fmt.Fprintf(stderr, "roce-emu rping: %v\n", err)
+		var intr *interruptedError
+		if errors.As(err, &intr) {
+			return intr.exitCode()
+		}
 		return 1
 	}
 	return 0
@@ -145,36 +149,61 @@ type rpingSession struct {
 	wcs  []qp.WC
 }
 
-func (f *rpingFlags) run() error {
+// run runs one rping. On SIGINT or SIGTERM (or --timeout, or an error)
+// the connection still up is disconnected (a DREQ, the DREP awaited at
+// most cmDisconnectWait), so that the peer's rping ends too, then the
+// capture is closed whole; a signal ends the run with an
+// *interruptedError after the counters are printed.
+func (f *rpingFlags) run() (err error) {
 	ep, closeAll, err := f.openEndpoint()
 	if err != nil {
 		return err
 	}
-	defer closeAll()
+	defer closeAll() // last: the DREQ and DREP are in the capture
 	ctx := context.Background()
 	if f.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, f.timeout)
 		defer cancel()
 	}
+	ctx, intr, stopSignals := withSignals(ctx)
+	defer stopSignals()
 	svc, err := rdmacm.New(ep, rdmacm.Config{UDPPort: uint16(f.udpPort)})
 	if err != nil {
 		return err
 	}
 	defer svc.Close()
+	s := &rpingSession{f: f, ep: ep, cq: ep.NewCQ(rpingSQDepth * 2), seen: map[qp.WCOpcode]int{}, wcs: make([]qp.WC, 8),
+		recv: make([]byte, rpingInfoLen), send: make([]byte, rpingInfoLen), rdma: make([]byte, f.size)}
 	defer func() {
-		c := svc.Stats().CM
-		f.debugf("cm counters: MADs sent %d, received %d, retransmits %d, duplicate REQs %d, duplicate REPs %d, comm established %d, rejects sent %d, received %d, dropped %d\n",
-			c.MADsSent, c.MADsReceived, c.Retransmits, c.DuplicateREQs, c.DuplicateREPs, c.CommEstablished, c.RejectsSent, c.RejectsReceived,
-			c.DropMalformed+c.DropUnknownAttr+c.DropUnknownConn+c.DropBadState+c.DropBadQPN+c.DropQueueFull)
+		detail := "no rdma_cm connection was up"
+		var qpc string
+		if s.conn != nil {
+			detail, _ = disconnectCM(s.conn)
+			qpc = describeCounters(s.conn.QP().Counters())
+			s.conn.Close()
+		}
+		sig := intr.caught()
+		f.debugf("cm counters: %s\n", cmCounters(svc.Stats()))
 		if d := describeDrops(ep.Stats()); d != "" {
 			f.debugf("dropped: %s\n", d)
 		}
+		if sig == nil {
+			return
+		}
+		fmt.Fprintf(f.stderr, "roce-emu rping: cm counters: %s\n", cmCounters(svc.Stats()))
+		if qpc != "" {
+			fmt.Fprintf(f.stderr, "roce-emu rping: qp counters: %s\n", qpc)
+		}
+		err = &interruptedError{sig: sig, detail: detail}
 	}()
+	return s.run(ctx, svc)
+}
 
+func (s *rpingSession) run(ctx context.Context, svc *rdmacm.Service) error {
+	f, ep := s.f, s.ep
 	pd := ep.NewPD()
-	s := &rpingSession{f: f, ep: ep, cq: ep.NewCQ(rpingSQDepth * 2), seen: map[qp.WCOpcode]int{}, wcs: make([]qp.WC, 8),
-		recv: make([]byte, rpingInfoLen), send: make([]byte, rpingInfoLen), rdma: make([]byte, f.size)}
+	var err error
 	if s.recvMR, err = pd.RegMR(s.recv, qp.IBV_ACCESS_LOCAL_WRITE); err != nil {
 		return err
 	}
@@ -201,15 +230,15 @@ func (f *rpingFlags) run() error {
 		}
 		defer l.Close()
 		f.debugf("listening on %s port %d\n", svc.LocalAddr(), f.port)
-		s.conn, err = l.Accept(ctx, params)
+		conn, err := l.Accept(ctx, params)
 		if err != nil {
 			return fmt.Errorf("connect error: %w", err)
 		}
+		s.conn = conn
 		f.debugf("cma_event type RDMA_CM_EVENT_ESTABLISHED cma_id %#x (child)\n", s.conn.ID())
-		defer s.conn.Close()
 		return s.server(ctx)
 	}
-	s.conn, err = svc.Dial(ctx, f.serverAddr, uint16(f.port), params)
+	conn, err := svc.Dial(ctx, f.serverAddr, uint16(f.port), params)
 	if err != nil {
 		var rej *rdmacm.RejectError
 		switch {
@@ -217,11 +246,13 @@ func (f *rpingFlags) run() error {
 			return fmt.Errorf("cma event RDMA_CM_EVENT_REJECTED, error %d (%v): connect error", rej.Reason, rej.Reason)
 		case errors.Is(err, rdmacm.ErrUnreachable):
 			return fmt.Errorf("cma event RDMA_CM_EVENT_UNREACHABLE: connect error: %w", err)
+		case errors.Is(err, rdmacm.ErrConnectError):
+			return fmt.Errorf("cma event RDMA_CM_EVENT_CONNECT_ERROR: connect error: %w", err)
 		}
 		return fmt.Errorf("connect error: %w", err)
 	}
+	s.conn = conn
 	f.debugf("cma_event type RDMA_CM_EVENT_ESTABLISHED cma_id %#x (parent)\n", s.conn.ID())
-	defer s.conn.Close()
 	err = s.client(ctx)
 	if derr := s.conn.Disconnect(ctx); err == nil && derr != nil {
 		err = fmt.Errorf("disconnect: %w", derr)

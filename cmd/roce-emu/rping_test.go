@@ -3,11 +3,16 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/roce-emu/roce-emu/cm"
+	"github.com/roce-emu/roce-emu/transport"
+	"github.com/roce-emu/roce-emu/transport/transporttest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -106,4 +111,91 @@ func TestRpingBadFlags(t *testing.T) {
 		assert.Equal(t, 2, code, "%v", args)
 		assert.NotEmpty(t, e.String(), "%v", args)
 	}
+}
+
+// rping -c against a roce-emu that runs no rdma_cm (the pingpong server)
+// gets the REJ (invalid service ID) at once, instead of resending its REQ
+// until it times out; the server says why on stderr.
+func TestRpingAgainstPingpongServer(t *testing.T) {
+	udp := freeUDPPort(t)
+	tcp := freeTCPPort(t)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var sout, serr bytes.Buffer
+	go func() {
+		defer wg.Done()
+		run([]string{"server", "--bind", "127.0.0.2", "--udp-port", udp, "-p", tcp, "--timeout", "3s"}, &sout, &serr)
+	}()
+	time.Sleep(300 * time.Millisecond)
+	var cout, cerr bytes.Buffer
+	start := time.Now()
+	code := run([]string{"rping", "-c", "--bind", "127.0.0.1", "--udp-port", udp, "-a", "127.0.0.2", "-C", "1"}, &cout, &cerr)
+	took := time.Since(start)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, cerr.String(), "RDMA_CM_EVENT_REJECTED, error 8")
+	assert.Less(t, took, 4*time.Second, "answered by a REJ, not by the REQ's 4 s timeout")
+	wg.Wait()
+	assert.Contains(t, serr.String(), "CM REQ (rdma_cm: rping -c, perftest -R) came to QP1 and was rejected")
+}
+
+// rping -s answers REQs it cannot serve with a REJ before any REP (a GID
+// that is not its address: invalid GID; a UC REQ: consumer defined) and
+// goes on to serve the next client, instead of exiting.
+func TestRpingServerSurvivesBadREQs(t *testing.T) {
+	udp := freeUDPPort(t)
+	var wg sync.WaitGroup
+	var sout, serr lockedBuffer
+	var scode int
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		scode = run([]string{"rping", "-s", "-d", "--bind", "127.0.0.2", "--udp-port", udp, "-p", "7178", "-v", "--timeout", "60s"}, &sout, &serr)
+	}()
+	waitFor(t, "the server to listen", func() bool { return strings.Contains(sout.String(), "listening on") })
+
+	port, err := strconv.Atoi(udp)
+	require.NoError(t, err)
+	c, err := transport.ListenUDP(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.3"), uint16(port)), transport.UDPOptions{})
+	require.NoError(t, err)
+	ep := transport.NewEndpoint(c, transport.Options{})
+	defer ep.Close()
+	g := transporttest.NewGSI(t, ep)
+	server := netip.MustParseAddr("127.0.0.2")
+	for i, tc := range []struct {
+		mut    func(*cm.REQ)
+		reason cm.RejectReason
+	}{
+		{func(r *cm.REQ) { r.Primary.RemoteGID = netip.MustParseAddr("127.0.0.9") }, cm.RejInvalidGID},
+		{func(r *cm.REQ) { r.TransportServiceType = cm.ServiceUC }, cm.RejConsumer},
+	} {
+		m := cm.NewManager(cm.Config{})
+		_, err := m.Dial(time.Unix(0, 0), cm.DialParams{Local: netip.MustParseAddr("127.0.0.3"), Remote: server,
+			ServiceID: cm.ServiceID(cm.PortSpaceTCP, 7178), SrcPort: 40000, QPN: 0x20})
+		require.NoError(t, err)
+		o, ok := m.PollMAD()
+		require.True(t, ok)
+		h, msg, err := cm.DecodeMAD(o.MAD[:])
+		require.NoError(t, err)
+		req := msg.(*cm.REQ)
+		tc.mut(req)
+		b, err := cm.AppendMAD(nil, h.TransactionID, req)
+		require.NoError(t, err)
+		g.Send(server, b)
+		ans, ok := g.Recv(10 * time.Second)
+		require.True(t, ok, "case %d: no answer", i)
+		_, msg, err = cm.DecodeMAD(ans.MAD)
+		require.NoError(t, err)
+		rej, isREJ := msg.(*cm.REJ)
+		require.True(t, isREJ, "case %d: %v, not a REJ", i, msg.Attr())
+		assert.Equal(t, tc.reason, rej.Reason, "case %d", i)
+	}
+
+	var cout, cerr bytes.Buffer
+	ccode := run([]string{"rping", "-c", "--bind", "127.0.0.1", "--udp-port", udp, "-a", "127.0.0.2", "-p", "7178",
+		"-C", "3", "-v", "-V", "--timeout", "60s"}, &cout, &cerr)
+	wg.Wait()
+	require.Equal(t, 0, ccode, "client: %s", cerr.String())
+	require.Equal(t, 0, scode, "server: %s", serr.String())
+	assert.Equal(t, 3, strings.Count(cout.String(), "ping data: "))
+	assert.Contains(t, sout.String(), "REQs refused (GID 1, transport 1, private data 0")
 }

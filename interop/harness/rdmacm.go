@@ -47,7 +47,51 @@ func (h *harness) rdmacmScenarios() []scenario {
 		{"rdmacm-rej-unused-port-to-rxe",
 			"rxe's rping -c to a port roce-emu does not listen on: roce-emu's CM answers the REQ with a REJ (reason 8) at once, and rping reports RDMA_CM_EVENT_REJECTED",
 			func(h *harness) (string, error) { return h.rpingRejected(false) }},
+		{"rdmacm-rej-no-cm-to-rxe",
+			"rxe's rping -c against roce-emu server (rc_pingpong's protocol, no rdma_cm at all): roce-emu's Endpoint answers the REQ to its QP1 with a REJ (reason 8) at once, as Linux's CM with no listener, rping reports RDMA_CM_EVENT_REJECTED instead of retrying its REQ, and roce-emu says on stderr why",
+			func(h *harness) (string, error) { return h.rpingNoCM() }},
 	}
+}
+
+// rpingNoCM runs the guest's rping -c against roce-emu server, which runs
+// no rdma_cm.
+func (h *harness) rpingNoCM() (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd, buf := h.roceEmuCmd(ctx, "server", "server", "--bind", hostIP, "--timeout", "30s")
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	stopped := false
+	stop := func() string {
+		if !stopped {
+			stopped = true
+			cmd.Process.Kill()
+			cmd.Wait()
+			h.writeLog("server-roce-emu", buf.String())
+		}
+		return buf.String()
+	}
+	defer stop()
+	time.Sleep(500 * time.Millisecond)
+	out, rc, err := h.guest("time timeout 30 rping -c -a "+hostIP+" -C 1", 40*time.Second)
+	h.writeLog("rping-guest", out)
+	if err != nil {
+		return "", fmt.Errorf("guest: %v", err)
+	}
+	if rc == 0 {
+		return "", fmt.Errorf("rping connected to a roce-emu that runs no rdma_cm: %s", lastLines(out, 2))
+	}
+	if rc == 124 {
+		return "", fmt.Errorf("rping hung until timeout: no REJ: %s", lastLines(out, 2))
+	}
+	if !strings.Contains(out, "RDMA_CM_EVENT_REJECTED") {
+		return "", fmt.Errorf("rping did not report a REJ: %s", lastLines(out, 3))
+	}
+	if log := stop(); !strings.Contains(log, "CM REQ (rdma_cm: rping -c, perftest -R) came to QP1 and was rejected") {
+		return "", fmt.Errorf("roce-emu server did not say it rejected a CM REQ: %s", lastLines(log, 2))
+	}
+	return "rping: " + lastLines(out, 4), nil
 }
 
 // rpingLine is what rping -v prints for ping i of a 64-byte buffer.

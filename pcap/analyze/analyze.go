@@ -107,7 +107,7 @@ type Analyzer struct {
 	cm       map[cmKey]cmSide    // what the CM told about each direction
 	cmX      map[cmXKey]*CMExchange
 	cmOrder  []*CMExchange // in the order of their first REQ
-	scratch  []*conn             // for evict
+	scratch  []*conn       // for evict
 }
 
 // New returns an Analyzer.

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/roce-emu/roce-emu/rdmacm"
+)
+
+// cmDisconnectWait bounds how long a command that stops early (a signal,
+// --timeout, an error) waits for the DREP of each rdma_cm connection it
+// still holds: a DREP comes back within a round trip; a peer that is gone
+// does not hold the command up longer than this.
+const cmDisconnectWait = 2 * time.Second
+
+// signalSource tells a run of SIGINT and SIGTERM; stop undoes it. Tests
+// replace it to deliver signals of their own.
+var signalSource = func() (sigs <-chan os.Signal, stop func()) {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
+	return c, func() { signal.Stop(c) }
+}
+
+// interrupt records the signal that stopped a run.
+type interrupt struct {
+	mu  sync.Mutex
+	sig os.Signal
+}
+
+// caught returns the signal that came, or nil.
+func (i *interrupt) caught() os.Signal {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.sig
+}
+
+// withSignals returns a context that ends at SIGINT or SIGTERM, which the
+// interrupt then names; stop releases the signals (the default action, to
+// end the process, comes back).
+func withSignals(parent context.Context) (ctx context.Context, intr *interrupt, stop func()) {
+	ctx, cancel := context.WithCancel(parent)
+	sigs, stopSigs := signalSource()
+	intr = &interrupt{}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			intr.mu.Lock()
+			intr.sig = s
+			intr.mu.Unlock()
+			cancel()
+		case <-done:
+		}
+	}()
+	return ctx, intr, func() {
+		close(done)
+		stopSigs()
+		cancel()
+	}
+}
+
+// interruptedError ends a run stopped by a signal: the command exits with
+// 128 + the signal's number, as a shell reports a process the signal
+// killed (130 for SIGINT, 143 for SIGTERM), after it has disconnected its
+// rdma_cm connections and closed its capture.
+type interruptedError struct {
+	sig    os.Signal
+	detail string
+}
+
+func (e *interruptedError) Error() string {
+	return fmt.Sprintf("interrupted by %s: %s", signalName(e.sig), e.detail)
+}
+
+// exitCode is 128 + the signal number (130 for SIGINT, 143 for SIGTERM).
+func (e *interruptedError) exitCode() int {
+	if s, ok := e.sig.(syscall.Signal); ok {
+		return 128 + int(s)
+	}
+	return 130
+}
+
+func signalName(s os.Signal) string {
+	switch s {
+	case os.Interrupt:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return s.String()
+}
+
+// disconnectCM sends a DREQ on each rdma_cm connection still up and waits
+// for the DREPs, at most cmDisconnectWait in all (rdma_disconnect as the
+// programs do before they exit). It reports what happened, one phrase,
+// and how many DREQs went unanswered.
+func disconnectCM(conns ...*rdmacm.Conn) (detail string, unanswered int) {
+	ctx, cancel := context.WithTimeout(context.Background(), cmDisconnectWait)
+	defer cancel()
+	n, answered := 0, 0
+	for _, c := range conns {
+		if c == nil {
+			continue
+		}
+		select {
+		case <-c.Disconnected():
+			continue // the peer or an earlier Disconnect did it
+		default:
+		}
+		n++
+		if c.Disconnect(ctx) == nil {
+			answered++
+		}
+	}
+	switch {
+	case n == 0:
+		return "no rdma_cm connection was up", 0
+	case answered == n:
+		return fmt.Sprintf("DREQ sent on %d rdma_cm connection(s), each answered with a DREP", n), 0
+	}
+	return fmt.Sprintf("DREQ sent on %d rdma_cm connection(s), %d answered with a DREP within %v", n, answered, cmDisconnectWait), n - answered
+}
+
+// cmCounters describes a Service's CM counters on one line.
+func cmCounters(st rdmacm.Stats) string {
+	c := st.CM
+	return fmt.Sprintf("MADs sent %d, received %d, retransmits %d, duplicate REQs %d, duplicate REPs %d, comm established %d, rejects sent %d, received %d, REQs refused (GID %d, transport %d, private data %d, no listener %d, accept failed %d), dropped %d",
+		c.MADsSent, c.MADsReceived, c.Retransmits, c.DuplicateREQs, c.DuplicateREPs, c.CommEstablished, c.RejectsSent, c.RejectsReceived,
+		c.DropBadGID, c.DropBadTransport, c.DropBadPrivateData, c.NoListener, st.AcceptFailures,
+		c.DropMalformed+c.DropUnknownAttr+c.DropUnknownConn+c.DropBadState+c.DropBadQPN+c.DropQueueFull)
+}
