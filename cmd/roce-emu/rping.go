@@ -254,6 +254,14 @@ func (s *rpingSession) run(ctx context.Context, svc *rdmacm.Service) error {
 	s.conn = conn
 	f.debugf("cma_event type RDMA_CM_EVENT_ESTABLISHED cma_id %#x (parent)\n", s.conn.ID())
 	err = s.client(ctx)
+	if ctx.Err() != nil {
+		// A signal or --timeout: run's deferred disconnectCM sends the
+		// DREQ and waits for the DREP with a bounded wait of its own (a
+		// Disconnect on this ended context would send the DREQ and not
+		// wait, and the DREP could then come before disconnectCM looked,
+		// which would report no connection up).
+		return err
+	}
 	if derr := s.conn.Disconnect(ctx); err == nil && derr != nil {
 		err = fmt.Errorf("disconnect: %w", derr)
 	}

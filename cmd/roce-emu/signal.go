@@ -102,14 +102,15 @@ func signalName(s os.Signal) string {
 func disconnectCM(conns ...*rdmacm.Conn) (detail string, unanswered int) {
 	ctx, cancel := context.WithTimeout(context.Background(), cmDisconnectWait)
 	defer cancel()
-	n, answered := 0, 0
+	n, answered, gone := 0, 0, 0
 	for _, c := range conns {
 		if c == nil {
 			continue
 		}
 		select {
 		case <-c.Disconnected():
-			continue // the peer or an earlier Disconnect did it
+			gone++ // the peer or an earlier Disconnect did it
+			continue
 		default:
 		}
 		n++
@@ -118,6 +119,8 @@ func disconnectCM(conns ...*rdmacm.Conn) (detail string, unanswered int) {
 		}
 	}
 	switch {
+	case n == 0 && gone > 0:
+		return fmt.Sprintf("%d rdma_cm connection(s) already disconnected", gone), 0
 	case n == 0:
 		return "no rdma_cm connection was up", 0
 	case answered == n:
