@@ -438,3 +438,25 @@ func TestMatch(t *testing.T) {
 		assert.Equal(t, tc.ok, ok, "want %q got %q", tc.want, tc.got)
 	}
 }
+
+var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+
+// Every relative link of the tutorial (to another chapter, a figure, or a
+// document elsewhere in the repository) names a file that exists.
+func TestLinks(t *testing.T) {
+	chapters, err := filepath.Glob("*.md")
+	require.NoError(t, err)
+	for _, ch := range chapters {
+		md, err := os.ReadFile(ch)
+		require.NoError(t, err)
+		for _, m := range mdLink.FindAllStringSubmatch(string(md), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "#") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			target, _, _ = strings.Cut(target, "#")
+			_, err := os.Stat(filepath.FromSlash(target))
+			assert.NoError(t, err, "%s links to %s", ch, m[1])
+		}
+	}
+}
