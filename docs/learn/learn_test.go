@@ -19,7 +19,11 @@
 //   - In expected output, runs of blanks compare as one blank and leading
 //     and trailing blanks are ignored; {{n}} stands for a number (123, -4.5, 1,234,
 //     0x1f); {{*}} for any text within a line; a line "..." for any number of
-//     lines, none included.
+//     lines, none included. {{P}} (a name in capitals) is a number that
+//     binds P where it first matches in the chapter and must be the same
+//     number wherever P appears again, in decimal or 0x hexadecimal;
+//     {{P+2}} and {{P-1}} are P plus or minus a constant, modulo 2^24 (the
+//     PSN space), so that a text can say "the NAK carries P+1".
 //   - Every image a chapter shows from fig/ must be written by one of its
 //     commands (the same base name in the working directory); go test
 //     ./docs/learn -update copies the images the commands wrote into fig/.
@@ -40,6 +44,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -75,14 +81,17 @@ func parseBlocks(md string) ([]block, error) {
 	var blocks []block
 	for i := 0; i < len(lines); i++ {
 		l := strings.TrimRight(lines[i], " \t\r")
-		if !strings.HasPrefix(l, "```") {
+		fence := strings.TrimLeft(l, " ")
+		if !strings.HasPrefix(fence, "```") {
 			continue
 		}
-		info := strings.Fields(strings.TrimPrefix(l, "```"))
+		// A block inside a list item is indented: so is its content.
+		indent := len(l) - len(fence)
+		info := strings.Fields(strings.TrimPrefix(fence, "```"))
 		// Find the closing fence.
 		end := -1
 		for j := i + 1; j < len(lines); j++ {
-			if strings.TrimRight(lines[j], " \t\r") == "```" {
+			if strings.TrimSpace(lines[j]) == "```" {
 				end = j
 				break
 			}
@@ -106,12 +115,12 @@ func parseBlocks(md string) ([]block, error) {
 			}
 		}
 		for j := i + 1; j < end; j++ {
-			l := strings.TrimRight(lines[j], " \t\r")
+			l := dedent(strings.TrimRight(lines[j], " \t\r"), indent)
 			if strings.HasPrefix(l, "$ ") {
 				c := command{line: j + 1, text: strings.TrimPrefix(l, "$ ")}
 				for strings.HasSuffix(c.text, `\`) && j+1 < end {
 					j++
-					c.text = strings.TrimSuffix(c.text, `\`) + "\n" + strings.TrimRight(lines[j], " \t\r")
+					c.text = strings.TrimSuffix(c.text, `\`) + "\n" + dedent(strings.TrimRight(lines[j], " \t\r"), indent)
 				}
 				b.cmds = append(b.cmds, c)
 				continue
@@ -134,6 +143,14 @@ func parseBlocks(md string) ([]block, error) {
 	return blocks, nil
 }
 
+// dedent removes up to n leading spaces.
+func dedent(l string, n int) string {
+	for i := 0; i < n && strings.HasPrefix(l, " "); i++ {
+		l = l[1:]
+	}
+	return l
+}
+
 var blanks = regexp.MustCompile(`[ \t]+`)
 
 // normalize collapses runs of blanks and drops leading and trailing blanks
@@ -151,71 +168,162 @@ func normalize(lines []string) []string {
 
 const numberRE = `(?:0x[0-9a-fA-F]+|-?[0-9][0-9,]*(?:\.[0-9]+)?)`
 
-// linePattern turns one expected line into an anchored regular expression.
-func linePattern(l string) *regexp.Regexp {
+// psnSpace is the modulus of {{NAME+k}} arithmetic: the 24-bit PSN space,
+// so that a PSN near 2^24 wraps as the protocol's do.
+const psnSpace = 1 << 24
+
+// placeholder matches {{n}}, {{*}}, {{NAME}}, {{NAME+k}} and {{NAME-k}}.
+var placeholder = regexp.MustCompile(`\{\{(n|\*|[A-Z][A-Z0-9]*(?:[+-][0-9]+)?)\}\}`)
+
+var varRef = regexp.MustCompile(`^([A-Z][A-Z0-9]*)(?:([+-])([0-9]+))?$`)
+
+// varUse is one {{NAME+k}} in a line: the capture group it is, the name
+// and the offset.
+type varUse struct {
+	name   string
+	offset int64
+}
+
+// pattern is one expected line: an anchored regular expression, and the
+// variables its capture groups stand for, in order.
+type pattern struct {
+	re   *regexp.Regexp
+	vars []varUse
+}
+
+// linePattern turns one expected line into a pattern.
+func linePattern(l string) pattern {
 	var sb strings.Builder
+	var vars []varUse
 	sb.WriteString("^")
-	for l != "" {
-		n := strings.Index(l, "{{n}}")
-		a := strings.Index(l, "{{*}}")
-		switch {
-		case n < 0 && a < 0:
-			sb.WriteString(regexp.QuoteMeta(l))
-			l = ""
-		case a < 0 || (n >= 0 && n < a):
-			sb.WriteString(regexp.QuoteMeta(l[:n]) + numberRE)
-			l = l[n+len("{{n}}"):]
+	last := 0
+	for _, m := range placeholder.FindAllStringSubmatchIndex(l, -1) {
+		sb.WriteString(regexp.QuoteMeta(l[last:m[0]]))
+		switch tok := l[m[2]:m[3]]; tok {
+		case "n":
+			sb.WriteString(numberRE)
+		case "*":
+			sb.WriteString(".*?")
 		default:
-			sb.WriteString(regexp.QuoteMeta(l[:a]) + ".*?")
-			l = l[a+len("{{*}}"):]
+			v := varRef.FindStringSubmatch(tok)
+			off, _ := strconv.ParseInt(v[3], 10, 64)
+			if v[2] == "-" {
+				off = -off
+			}
+			vars = append(vars, varUse{name: v[1], offset: off})
+			sb.WriteString("(" + numberRE + ")")
 		}
+		last = m[1]
 	}
-	sb.WriteString("$")
-	return regexp.MustCompile(sb.String())
+	sb.WriteString(regexp.QuoteMeta(l[last:]) + "$")
+	return pattern{re: regexp.MustCompile(sb.String()), vars: vars}
+}
+
+// parseNumber reads a number as the placeholders match it: decimal (commas
+// allowed) or 0x hexadecimal.
+func parseNumber(s string) (int64, bool) {
+	if h, ok := strings.CutPrefix(s, "0x"); ok {
+		v, err := strconv.ParseInt(h, 16, 64)
+		return v, err == nil
+	}
+	v, err := strconv.ParseInt(strings.ReplaceAll(s, ",", ""), 10, 64)
+	return v, err == nil
+}
+
+func mod(v int64) int64 { return ((v % psnSpace) + psnSpace) % psnSpace }
+
+// matchLine matches one output line against p, given the variables bound
+// so far; it returns the bindings with the ones this line made.
+func (p pattern) matchLine(line string, vars map[string]int64) (map[string]int64, bool) {
+	m := p.re.FindStringSubmatch(line)
+	if m == nil {
+		return nil, false
+	}
+	if len(p.vars) == 0 {
+		return vars, true
+	}
+	out := make(map[string]int64, len(vars)+len(p.vars))
+	for k, v := range vars {
+		out[k] = v
+	}
+	for i, u := range p.vars {
+		v, ok := parseNumber(m[i+1])
+		if !ok {
+			return nil, false
+		}
+		if b, bound := out[u.name]; bound {
+			if mod(b+u.offset) != mod(v) {
+				return nil, false
+			}
+			continue
+		}
+		out[u.name] = mod(v - u.offset)
+	}
+	return out, true
+}
+
+func fingerprint(vars map[string]int64) string {
+	keys := make([]string, 0, len(vars))
+	for k := range vars {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var sb strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&sb, "%s=%d;", k, vars[k])
+	}
+	return sb.String()
 }
 
 // match reports whether got matches the expected lines (placeholders as in
-// the package comment); when it does not, it returns the index of the
-// first expected line that could not be matched at the furthest point
-// reached.
-func match(want, got []string) (bool, int) {
+// the package comment), with vars the variables bound by earlier commands
+// of the chapter; it returns the bindings after this output. When it does
+// not match, it returns the index of the furthest expected line reached.
+func match(want, got []string, vars map[string]int64) (map[string]int64, bool, int) {
 	want, got = normalize(want), normalize(got)
-	pats := make([]*regexp.Regexp, len(want))
+	pats := make([]*pattern, len(want))
 	for i, w := range want {
 		if w != "..." {
-			pats[i] = linePattern(w)
+			p := linePattern(w)
+			pats[i] = &p
 		}
 	}
-	// memo[i][j]: whether want[i:] matches got[j:] has been tried.
-	tried := make(map[[2]int]bool)
+	tried := make(map[string]bool)
 	furthest := 0
-	var rec func(i, j int) bool
-	rec = func(i, j int) bool {
+	var rec func(i, j int, vars map[string]int64) (map[string]int64, bool)
+	rec = func(i, j int, vars map[string]int64) (map[string]int64, bool) {
 		if i > furthest {
 			furthest = i
 		}
 		if i == len(want) {
-			return j == len(got)
+			return vars, j == len(got)
 		}
-		k := [2]int{i, j}
+		k := fmt.Sprintf("%d/%d/%s", i, j, fingerprint(vars))
 		if tried[k] {
-			return false
+			return nil, false
 		}
 		tried[k] = true
 		if pats[i] == nil { // "...": any run of lines
 			for jj := j; jj <= len(got); jj++ {
-				if rec(i+1, jj) {
-					return true
+				if v, ok := rec(i+1, jj, vars); ok {
+					return v, true
 				}
 			}
-			return false
+			return nil, false
 		}
-		return j < len(got) && pats[i].MatchString(got[j]) && rec(i+1, j+1)
+		if j >= len(got) {
+			return nil, false
+		}
+		v, ok := pats[i].matchLine(got[j], vars)
+		if !ok {
+			return nil, false
+		}
+		return rec(i+1, j+1, v)
 	}
-	if rec(0, 0) {
-		return true, -1
+	if v, ok := rec(0, 0, vars); ok {
+		return v, true, -1
 	}
-	return false, furthest
+	return vars, false, furthest
 }
 
 var figRef = regexp.MustCompile(`!\[[^\]]*\]\(fig/([^)\s]+)\)`)
@@ -302,6 +410,7 @@ type runner struct {
 	env  []string
 	file string
 	bg   []*background
+	vars map[string]int64 // {{NAME}} bindings, for the whole chapter
 }
 
 type background struct {
@@ -327,7 +436,7 @@ func (r *runner) run(c command) {
 	t.Helper()
 	if strings.TrimSpace(c.text) == "wait" {
 		r.wait(true)
-		if ok, _ := match(c.want, nil); !ok {
+		if _, ok, _ := match(c.want, nil, r.vars); !ok {
 			t.Errorf("%s:%d: wait prints nothing here, the text shows %q", r.file, c.line, c.want)
 		}
 		return
@@ -356,9 +465,11 @@ func (r *runner) run(c command) {
 		t.Errorf("%s:%d: $ %s\n%v; it printed:\n%s", r.file, c.line, c.text, err, out.String())
 		return
 	}
-	if ok, at := match(c.want, got); !ok {
-		t.Errorf("%s:%d: $ %s\nthe output does not match the text from its line %d (%q).\nthe text:\n%s\nthe output:\n%s",
-			r.file, c.line, c.text, c.line+1+at, lineAt(c.want, at), strings.Join(c.want, "\n"), out.String())
+	vars, ok, at := match(c.want, got, r.vars)
+	r.vars = vars
+	if !ok {
+		t.Errorf("%s:%d: $ %s\nthe output does not match the text from its line %d (%q; variables bound before: %s).\nthe text:\n%s\nthe output:\n%s",
+			r.file, c.line, c.text, c.line+1+at, lineAt(c.want, at), fingerprint(vars), strings.Join(c.want, "\n"), out.String())
 	}
 }
 
@@ -390,11 +501,41 @@ func (r *runner) killAll() {
 	r.bg = nil
 }
 
+func TestMatchVariables(t *testing.T) {
+	for _, tc := range []struct {
+		want, got string
+		ok        bool
+	}{
+		{"psn={{P}}\npsn={{P+1}}", "psn=100\npsn=101", true},
+		{"psn={{P}}\npsn={{P+1}}", "psn=100\npsn=102", false},
+		{"psn={{P}} hex {{P}}", "psn=255 hex 0xff", true},
+		{"psn={{P}} hex {{P}}", "psn=255 hex 0xfe", false},
+		{"psn={{P+1}}", "psn=0", true},                           // binds P = 2^24-1
+		{"a={{P}}\nb={{P+1}}", "a=16777215\nb=0", true},          // across the wrap
+		{"a={{P}}\nb={{Q}}\nc={{P-2}}", "a=10\nb=10\nc=8", true}, // Q may equal P
+		{"...\nx={{P}}\ny={{P+1}}", "x=1\nx=5\ny=6", true},       // "..." backtracks over a binding
+	} {
+		_, ok, _ := match(strings.Split(tc.want, "\n"), strings.Split(tc.got, "\n"), nil)
+		assert.Equal(t, tc.ok, ok, "want %q got %q", tc.want, tc.got)
+	}
+	// Bindings carry from one command to the next.
+	vars, ok, _ := match([]string{"first {{P}}"}, []string{"first 7"}, nil)
+	require.True(t, ok)
+	_, ok, _ = match([]string{"later {{P+3}}"}, []string{"later 10"}, vars)
+	assert.True(t, ok)
+	_, ok, _ = match([]string{"later {{P+3}}"}, []string{"later 11"}, vars)
+	assert.False(t, ok)
+}
+
 func TestParseBlocks(t *testing.T) {
-	md := "text\n```console\n$ echo a \\\n  b\na b\n$ true\n```\n```sh\n$ not run\n```\n```console long tshark\n\n$ x &\n```\n"
+	md := "text\n```console\n$ echo a \\\n  b\na b\n$ true\n```\n```sh\n$ not run\n```\n```console long tshark\n\n$ x &\n```\n" +
+		"- item\n\n  ```console\n  $ echo in a list\n  in a list\n  ```\n"
 	blocks, err := parseBlocks(md)
 	require.NoError(t, err)
-	require.Len(t, blocks, 2)
+	require.Len(t, blocks, 3)
+	require.Len(t, blocks[2].cmds, 1)
+	assert.Equal(t, "echo in a list", blocks[2].cmds[0].text)
+	assert.Equal(t, []string{"in a list"}, blocks[2].cmds[0].want)
 	assert.Equal(t, 2, blocks[0].line)
 	require.Len(t, blocks[0].cmds, 2)
 	assert.Equal(t, "echo a \n  b", blocks[0].cmds[0].text)
@@ -434,7 +575,7 @@ func TestMatch(t *testing.T) {
 		{"a.b", "axb", false},
 		{"(x)", "(x)", true},
 	} {
-		ok, _ := match(strings.Split(tc.want, "\n"), strings.Split(tc.got, "\n"))
+		_, ok, _ := match(strings.Split(tc.want, "\n"), strings.Split(tc.got, "\n"), nil)
 		assert.Equal(t, tc.ok, ok, "want %q got %q", tc.want, tc.got)
 	}
 }
