@@ -11,7 +11,7 @@ import (
 )
 
 // The wire bytes in this file are written by hand from the layouts in
-// ROCEV2.md section 2 (all fields big-endian), not produced by the encoder.
+// docs/wire-format.md section 2 (all fields big-endian), not produced by the encoder.
 
 // headerCodec adapts one header type to the generic checks below.
 type headerCodec struct {
@@ -85,7 +85,7 @@ var headerVectors = []headerVector{
 	{"BTH AckReq", "BTH", BTH{AckReq: true}, []byte{0, 0, 0, 0, 0, 0, 0, 0, 0x80, 0, 0, 0}},
 	{"BTH Resv7", "BTH", BTH{Resv7: 0x01}, []byte{0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0, 0, 0}},
 	{"BTH PSN", "BTH", BTH{PSN: 13664499}, []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0xd0, 0x80, 0xf3}},
-	// The CNP of ROCEV2.md section 2: opcode 0x81, P_Key 0xFFFF, BECN, dQP 0x118, PSN 0.
+	// The CNP of docs/wire-format.md section 2: opcode 0x81, P_Key 0xFFFF, BECN, dQP 0x118, PSN 0.
 	{"BTH CNP", "BTH", BTH{Opcode: 0x81, PKey: 0xFFFF, BECN: true, DestQP: 0x118},
 		[]byte{0x81, 0x00, 0xFF, 0xFF, 0x40, 0x00, 0x01, 0x18, 0x00, 0x00, 0x00, 0x00}},
 
@@ -342,7 +342,7 @@ func TestSyndromeConstructors(t *testing.T) {
 }
 
 func TestRNRTimer(t *testing.T) {
-	// Spot checks from IBTA Table 45 / ROCEV2.md section 4.
+	// Spot checks from IBTA Table 45 / docs/wire-format.md section 4.
 	assert.Equal(t, 655360*time.Microsecond, RNRTimer(0))
 	assert.InDelta(t, 655.36, float64(RNRTimer(0))/float64(time.Millisecond), 1e-9)
 	assert.Equal(t, 10*time.Microsecond, RNRTimer(1))
@@ -351,7 +351,7 @@ func TestRNRTimer(t *testing.T) {
 	assert.Equal(t, 491520*time.Microsecond, RNRTimer(31))
 	assert.InDelta(t, 491.52, float64(RNRTimer(31))/float64(time.Millisecond), 1e-9)
 
-	// The whole table as ROCEV2.md section 4 lists it, in microseconds.
+	// The whole table as docs/wire-format.md section 4 lists it, in microseconds.
 	want := []int64{655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280,
 		1920, 2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920,
 		122880, 163840, 245760, 327680, 491520}

@@ -9,7 +9,7 @@ import (
 )
 
 // opcodeRow is the expected description of one opcode, written by hand from
-// ROCEV2.md section 2 (headers), IBTA Table 38 (position), Linux ib_pack.h
+// docs/wire-format.md section 2 (headers), IBTA Table 38 (position), Linux ib_pack.h
 // (short names) and Wireshark's packet-infiniband.c bth_opcode_tbl (names).
 type opcodeRow struct {
 	op      Opcode

@@ -41,7 +41,7 @@ var (
 	}{{"IPv4", testEncap4}, {"IPv6", testEncap6}}
 )
 
-// extSizes are the extended header sizes of ROCEV2.md section 2, by hand.
+// extSizes are the extended header sizes of docs/wire-format.md section 2, by hand.
 var extSizes = map[Ext]int{
 	ExtDETH: 8, ExtRETH: 16, ExtAtomicETH: 28, ExtAETH: 4, ExtAtomicAckETH: 8,
 	ExtImmDt: 4, ExtIETH: 4, ExtCNP: 16,
@@ -105,7 +105,7 @@ func splitFrame(t testing.TB, frame []byte, v6 bool) (eth, ip, udp, roce []byte)
 	return frame[:14], frame[14 : 14+ipLen], frame[14+ipLen : 14+ipLen+8], frame[14+ipLen+8:]
 }
 
-// refICRC computes the ICRC the long way from ROCEV2.md section 3, without
+// refICRC computes the ICRC the long way from docs/wire-format.md section 3, without
 // the package: 8 bytes of 0xFF, masked IP header, UDP header with checksum
 // 0xFFFF, BTH with byte 4 = 0xFF, then the rest.
 func refICRC(ip, udp, pkt []byte) uint32 {

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-// PSN arithmetic is modulo 2^24 (ROCEV2.md section 4). Every expected value
+// PSN arithmetic is modulo 2^24 (docs/wire-format.md section 4). Every expected value
 // below is worked out by hand.
 
 func TestPSNAdd(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 )
 
 // scapy's UC SEND_ONLY vector (scapy test/contrib/roce.uts, quoted in
-// ROCEV2.md section 3): 192.168.0.7 -> 192.168.0.7, TOS 0x01, ID 1144, DF,
+// docs/wire-format.md section 3): 192.168.0.7 -> 192.168.0.7, TOS 0x01, ID 1144, DF,
 // TTL 64, UDP 49152 -> 4791, dQP 211, PSN 13571856, MigReq 1, PadCnt 2 and
 // 20 bytes after the BTH (18 payload bytes and 2 pad bytes). IPv4 header
 // checksum 0xb4d5, ICRC wire bytes 78 f3 53 f3.
@@ -43,7 +43,7 @@ func TestICRCScapyUCSendOnly(t *testing.T) {
 	assert.NoError(t, err)
 }
 
-// The ConnectX-4 Lx CNP of ROCEV2.md section 2 / testdata README: 10.0.17.1
+// The ConnectX-4 Lx CNP of docs/wire-format.md section 2 / testdata README: 10.0.17.1
 // -> 10.0.18.1, TOS 0xC2, ID 0x718c, DF, TTL 64, UDP 0 -> 4791, BECN, dQP
 // 0x118, PSN 0, 16 zero bytes, ICRC wire bytes 82 fd 00 2a.
 func TestICRCConnectXCNP(t *testing.T) {

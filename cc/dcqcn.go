@@ -7,7 +7,7 @@ import (
 )
 
 // Params are DCQCN's parameters, named after mlx5's rp_ and np_ settings
-// (NVIDIA DOCA "DCQCN CC Parameters"; ROCEV2.md section 7) where one
+// (NVIDIA DOCA "DCQCN CC Parameters"; docs/wire-format.md section 7) where one
 // exists, and the rules the reaction and notification points follow where
 // the references run DCQCN differently. Every rule's zero value is the
 // paper's and ns3-rdma's (qbb-net-device.cc); docs/dcqcn.md tables every

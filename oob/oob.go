@@ -18,7 +18,7 @@
 //     binary struct pingpong_dest ([NewPerftestCMClient],
 //     [PerftestMessenger], [PerftestKey.AppendDest]).
 //
-// Both are described in ROCEV2.md section 6 (the project's reference
+// Both are described in docs/wire-format.md section 6 (the project's reference
 // notes) and were checked against the real programs on Linux rxe.
 //
 // A GID is carried as a netip.Addr: an IPv4 address is the IPv4-mapped GID

@@ -13,7 +13,7 @@ import (
 )
 
 // rdma-core's ibv_rc_pingpong exchange (libibverbs/examples/rc_pingpong.c,
-// pp_client_exch_dest and pp_server_exch_dest; ROCEV2.md section 6):
+// pp_client_exch_dest and pp_server_exch_dest; docs/wire-format.md section 6):
 //
 //	client -> server  "%04x:%06x:%06x:%s\0"  LID, QPN, PSN, GID   52 bytes
 //	server -> client  the same, once the server's QP is in RTR/RTS

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The message rxe's ibv_rc_pingpong sent in the guest (ROCEV2.md section 6).
+// The message rxe's ibv_rc_pingpong sent in the guest (docs/wire-format.md section 6).
 const pingpongRecorded = "0000:000011:d080f3:00000000000000000000ffffc0000202"
 
 func TestPingpongMessageFormat(t *testing.T) {

@@ -42,7 +42,7 @@ var everyOpcodeStart = time.Unix(1700000000, 0)
 
 // everyOpcodeFrames returns the frames of the every-opcode capture, always the
 // same ones in the same order: one packet of every opcode in bth.Opcodes(),
-// then edge cases (ROCEV2.md sections 1-2): zero-length payloads, every
+// then edge cases (docs/wire-format.md sections 1-2): zero-length payloads, every
 // PadCnt, PSN and QPN extremes, every AETH syndrome kind and MSN 0xFFFFFF,
 // RETH extremes, IPv6 with traffic class and flow label, ECN CE with DSCP 26,
 // and the SE, MigReq, FECN and BECN bits. Every frame gets its own DestQP,

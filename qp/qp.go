@@ -57,7 +57,7 @@ type InitAttr struct {
 	SQSigAll  bool // every send WQE completes with a CQE, as sq_sig_all
 	// StrictRetryCount makes retry_cnt 7 mean seven retries, as IBTA
 	// says. By default 7 never runs out, as in rxe, which never decrements
-	// it (ROCEV2.md section 4: 367 retransmissions in 25 s).
+	// it (docs/wire-format.md section 4: 367 retransmissions in 25 s).
 	StrictRetryCount bool
 	// CC, when set, gives the QP DCQCN (package cc): a reaction point and
 	// pacer for what it sends, and a notification point that answers
@@ -562,7 +562,7 @@ func (q *QP) HandleTimeout(now time.Time) {
 // reused once HandlePacket returns). ecn is the IP ECN codepoint it
 // arrived with. Requests go to the responder, responses to the completer.
 // A packet the service's opcode class, the P_Key or the QP state rules
-// out is dropped and counted, each cause in its own counter (ROCEV2.md
+// out is dropped and counted, each cause in its own counter (docs/wire-format.md
 // section 5, checks 7, 8 and 10; see Counters).
 //
 // A UD QP needs the packet's IP and UDP headers for the GRH of its

@@ -173,7 +173,7 @@ func (r *requester) post(wr SendWR) error {
 }
 
 // packets returns how many PSNs a message of n bytes uses at path MTU
-// mtu: ceil(n/MTU), at least 1 (ROCEV2.md section 4).
+// mtu: ceil(n/MTU), at least 1 (docs/wire-format.md section 4).
 func packets(n int, mtu MTU) int {
 	m := mtu.Bytes()
 	if n <= m {

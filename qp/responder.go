@@ -226,7 +226,7 @@ func (s *responder) handle(p *bth.Packet, info *bth.OpInfo, ri *RecvInfo) {
 		return
 	}
 	// Packet length: First and Middle carry exactly the MTU, Last and Only
-	// at most the MTU (ROCEV2.md section 4).
+	// at most the MTU (docs/wire-format.md section 4).
 	mtu := q.attr.PathMTU.Bytes()
 	n := len(p.Payload)
 	if ((info.Pos == bth.PosFirst || info.Pos == bth.PosMiddle) && n != mtu) || n > mtu {

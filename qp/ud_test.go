@@ -286,7 +286,7 @@ func TestUDWithoutRecvInfo(t *testing.T) {
 }
 
 // QP1, the GSI QP: a UD QP with QPN 1 whose Q_Key is 0x80010000; CM MADs
-// go from QP1 to QP1 (ROCEV2.md: CM over rdma_cm).
+// go from QP1 to QP1 (docs/wire-format.md section 9: CM over rdma_cm).
 func TestGSIQP(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	devA, devB := NewDevice(), NewDevice()

@@ -10,7 +10,7 @@ import (
 
 // ConnectAttr are the attributes Connect gives a QP. The zero value of a
 // field takes the default shown, which are ibv_rc_pingpong's and
-// perftest's values (ROCEV2.md section 6).
+// perftest's values (docs/wire-format.md section 6).
 type ConnectAttr struct {
 	PathMTU     qp.MTU    // default IBV_MTU_1024
 	Access      qp.Access // remote access the responder allows; default LOCAL_WRITE only

@@ -93,7 +93,7 @@ func TestUDPZeroChecksum6Received(t *testing.T) {
 	b := make([]byte, 64)
 	n, err := stock.Read(b)
 	require.NoError(t, err)
-	assert.Equal(t, "marker", string(b[:n]), "a stock socket drops the zero-checksum datagram (the kernel this test runs on behaves as ROCEV2.md section 9 says)")
+	assert.Equal(t, "marker", string(b[:n]), "a stock socket drops the zero-checksum datagram (the kernel this test runs on behaves as docs/wire-format.md section 9 says)")
 }
 
 // What the Conn puts in the UDP checksum field over IPv6, read from a raw

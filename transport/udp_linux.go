@@ -19,7 +19,7 @@ import (
 // udpConn is a Conn on kernel UDP sockets: one bound to the receive port
 // (4791 by default), and one per extra source port QPs send from. Every
 // socket sets DF (IP_PMTUDISC_DO), so that Linux gives its datagrams IP
-// ID 0 (ROCEV2.md section 3) and peers can verify our ICRC; each reads the
+// ID 0 (docs/wire-format.md section 3) and peers can verify our ICRC; each reads the
 // TOS of received datagrams (IP_RECVTOS / IPV6_RECVTCLASS).
 //
 // Reads are recvmmsg(2) straight into the callers' buffers and writes

@@ -201,7 +201,7 @@ func gidAddr(gid, local netip.Addr) netip.Addr {
 const routeHopLimit = 64
 
 // rcPingpongAttrs are ibv_rc_pingpong's: min_rnr_timer 12, timeout 14,
-// retry_cnt 7, rnr_retry 7, max_rd_atomic 1 (ROCEV2.md 6); the hop limit
+// retry_cnt 7, rnr_retry 7, max_rd_atomic 1 (docs/wire-format.md section 6); the hop limit
 // on the wire is the route's (routeHopLimit).
 func rcPingpongAttrs(mtu qp.MTU) transport.ConnectAttr {
 	return transport.ConnectAttr{PathMTU: mtu, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 12, MaxRdAtomic: 1,

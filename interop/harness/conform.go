@@ -18,7 +18,7 @@ import (
 // Seen on the runs so far (the Debian 12 guest's rxe, rdma-core and
 // perftest): every other case passes (26 of 29 on the last run).
 var rxeDepartures = map[string]string{
-	// ROCEV2.md section 4; qp.InitAttr.StrictRetryCount.
+	// docs/wire-format.md section 4; qp.InitAttr.StrictRetryCount.
 	"retry-exhaustion": "departure: rxe never decrements a retry_cnt of 7 (rc_pingpong's): its requester resends without end instead of 1 + 7 times",
 	// rxe_comp.c check_psn: an ACK whose PSN is past the WQE's last PSN
 	// completes the WQE ("diff > 0 ... return COMPST_COMP_ACK").

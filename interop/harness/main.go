@@ -111,7 +111,7 @@ func main() {
 }
 
 // bootGuest starts qemu (TCG, as /dev/kvm guests hang on these machines:
-// ROCEV2.md section 8) and waits for the guest's command port.
+// docs/wire-format.md section 8) and waits for the guest's command port.
 func (h *harness) bootGuest(timeout time.Duration) error {
 	logf, err := os.Create(filepath.Join(h.out, "guest-console.log"))
 	if err != nil {
