@@ -102,7 +102,7 @@ func (e *event) before(o *event) bool {
 }
 
 // events is a 4-ary min-heap of events by time, then by push order: four
-// children a node keep the tree shallow and a parent's children in one or
+// children per node keep the tree shallow and a node's children in one or
 // two cache lines. Keys are unique (seq), so the pop order is the one any
 // priority queue would give.
 type events []event
