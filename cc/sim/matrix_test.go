@@ -93,7 +93,7 @@ func runMatrixCase(t testing.TB, c matrixCase) *Result {
 // per second of CPU. The paper profile runs by default; the mlx5 profile
 // only with ROCE_EMU_DCQCN_MATRIX=1: its CNPs, paced per port every 4 us,
 // reach each of 256 flows about once a millisecond, the flows stay near
-// half the line rate, and a run sends (and mostly drops) some 58 million
+// the line rate, and a run sends (and mostly drops) some 58 million
 // packets, tens of seconds of CPU (docs/dcqcn.md, "Speed").
 func BenchmarkIncast256(b *testing.B) {
 	profiles := []string{cc.ProfilePaper}
