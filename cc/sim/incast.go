@@ -73,7 +73,8 @@ type Result struct {
 type eventKind uint8
 
 const (
-	evSend eventKind = iota
+	evSend      eventKind = iota
+	evSendPaced           // a send the pacer held back: handled as evSend, in its own lane
 	evArrive
 	evDepart
 	evDeliver
@@ -160,8 +161,11 @@ type fifo struct {
 }
 
 // nLanes is the number of lanes: one each for arrivals, departures,
-// deliveries, CNPs and sends.
-const nLanes = 5
+// deliveries, CNPs, sends, and sends the pacer held back (a flow's next
+// send is first looked at when its link is free, one packet time after
+// the last, and, if the pacer holds it back, again when the pacer allows:
+// most of these second looks come in time order too).
+const nLanes = 6
 
 // heapOnly, set by a test, schedules every event on the heap: the order
 // the lanes must give.
@@ -183,6 +187,8 @@ func lane(k eventKind) int {
 		return 3
 	case evSend:
 		return 4
+	case evSendPaced:
+		return 5
 	}
 	return -1
 }
@@ -348,7 +354,7 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 		fi := int(e.flow)
 		f := s.flowAt(fi)
 		switch e.kind {
-		case evSend:
+		case evSend, evSendPaced:
 			f.sendOK = false
 			if q.Paused() {
 				f.waiting = true
@@ -356,7 +362,7 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 			}
 			if f.snd != nil {
 				if wait := f.snd.TimeUntilSend(abs(now), pkt); wait > 0 {
-					s.push(event{at: now + wait, kind: evSend, flow: e.flow})
+					s.push(event{at: now + wait, kind: evSendPaced, flow: e.flow})
 					f.sendOK = true
 					continue
 				}
@@ -493,9 +499,9 @@ type state struct {
 // that each lane stays in (time, seq) order, and to the heap otherwise.
 // Arrivals (a fixed transmission and delay after their send), deliveries
 // and CNPs (a fixed delay after the event that makes them) and the port's
-// departures (first in, first out) are scheduled in time order; sends
-// mostly are. The order events are taken in is the one a single heap
-// would give: only the cost differs.
+// departures (first in, first out) are scheduled in time order; sends,
+// held back or not, mostly are. The order events are taken in is the one a
+// single heap would give: only the cost differs.
 func (s *state) push(e event) {
 	e = s.stamp(e)
 	if l := lane(e.kind); l >= 0 {

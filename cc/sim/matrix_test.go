@@ -91,7 +91,7 @@ func runMatrixCase(t testing.TB, c matrixCase) *Result {
 // 100 Gb/s port for 20 ms of simulated time. One iteration is one whole
 // run; SetBytes counts the payload delivered, so MB/s is simulated goodput
 // per second of CPU. Both profiles run: the paper profile in a quarter of
-// a second; the mlx5 profile in some 24 s on the 2-core machine: its CNPs,
+// a second; the mlx5 profile in some 19 s on the 2-core machine: its CNPs,
 // paced per port every 4 us, reach each of 256 flows about once a
 // millisecond, the flows stay near the line rate, and a run sends (and
 // mostly drops) some 58 million packets (docs/dcqcn.md, "Speed").
