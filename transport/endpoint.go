@@ -49,7 +49,7 @@ const (
 	// Remote.SourcePort announced, or else the port of the first packet
 	// from the remote address after the QP reached RTR (re-learnt after
 	// the address vector or destination QPN changes). A CNP may also come
-	// from port 0, as ConnectX sends them (ROCEV2.md section 2), a port no
+	// from port 0, as ConnectX sends them (docs/wire-format.md section 2), a port no
 	// unprivileged process can send from. Packets from another port are
 	// dropped before the QP sees them and counted in
 	// Stats.BadSourcePort (Stats.BadSourcePortCNP for CNPs). RoCEv2 peers
