@@ -52,7 +52,7 @@ type UDPOptions struct {
 	// With it on, the kernel may hand the receive socket datagrams of one
 	// source coalesced, up to 64 KiB (on loopback: every segmented send);
 	// ReadBatch splits them again by the segment size the kernel reports.
-	// Reads then land in BatchSize/4 buffers of 64 KiB owned by the Conn
+	// Reads then land in BatchSize buffers of 64 KiB owned by the Conn
 	// and are copied into the callers' buffers.
 	NoGRO bool
 }

@@ -277,11 +277,12 @@ func (c *udpConn) Close() error {
 // its buffer is handed on empty (a reader counts it as malformed).
 //
 // With GRO on (UDPOptions.NoGRO), recvmmsg reads into the Conn's own
-// buffers (BatchSize/4 of 64 KiB), where the kernel may have coalesced
-// datagrams of one source and TOS; ReadBatch splits each by the segment
-// size the UDP_GRO control message gives and copies the segments into
-// ds, each with that source and TOS. Segments that do not fit in ds are
-// handed out by the next call, before any new read.
+// buffers (BatchSize of 64 KiB, allocated at the first read), where the
+// kernel may have coalesced datagrams of one source and TOS; ReadBatch
+// splits each by the segment size the UDP_GRO control message gives and
+// copies the segments into ds, each with that source and TOS. Segments
+// that do not fit in ds are handed out by the next call, before any new
+// read.
 func (c *udpConn) ReadBatch(ds []Datagram) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
@@ -344,7 +345,7 @@ func (c *udpConn) readGRO(ds []Datagram) (int, error) {
 	if c.gm >= c.gn {
 		if c.gbufs == nil {
 			// On first use: a Conn that only sends never needs them.
-			slab := make([]byte, max(1, c.opts.BatchSize/4)*groBufLen)
+			slab := make([]byte, c.opts.BatchSize*groBufLen)
 			c.gbufs = make([][]byte, len(slab)/groBufLen)
 			for i := range c.gbufs {
 				c.gbufs[i] = slab[i*groBufLen : (i+1)*groBufLen : (i+1)*groBufLen]
