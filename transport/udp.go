@@ -43,10 +43,14 @@ type UDPOptions struct {
 	// be shorter), at most 64 datagrams and 65507 bytes, as one message
 	// the kernel cuts into those datagrams. It needs ComputeUDPChecksum:
 	// the kernel refuses UDP_SEGMENT on a socket that sends checksum 0
-	// (EINVAL), so with checksum 0 (the default) GSO stays off. Where the
-	// kernel refuses a segmented send anyway (EIO without checksum offload
-	// on the route) the Conn sends those datagrams one by one and turns
-	// GSO off for good; Offloads tells.
+	// (EINVAL), so with checksum 0 (the default) GSO stays off. Over IPv4
+	// only datagrams to a loopback address are segmented: on a real link
+	// the segments get IP IDs 0, 1, 2, ... (net/ipv4/af_inet.c,
+	// inet_gso_segment), which the ICRC covers, so rxe would drop all but
+	// the first; IPv6 has no IP ID. Where the kernel refuses a segmented
+	// send anyway (EIO without checksum offload on the route) the Conn
+	// sends those datagrams one by one and turns GSO off for good;
+	// Offloads tells. docs/sockets.md has the measurements.
 	NoGSO bool
 	// NoGRO turns off UDP generic receive offload (Linux 5.0+, UDP_GRO).
 	// With it on, the kernel may hand the receive socket datagrams of one

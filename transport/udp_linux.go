@@ -586,6 +586,21 @@ const (
 	maxGSOBytes    = 65535 - 20 - 8
 )
 
+// gsoSafe says whether datagrams to dst may be sent segmented. Not over
+// IPv4 except on loopback: where the kernel (or the NIC) cuts a segmented
+// IPv4 send on a real link, it numbers the segments' IP IDs from the
+// first one's (0 with DF) up (inet_gso_segment in net/ipv4/af_inet.c:
+// iph->id = htons(id++); fixed IDs exist for TCP only), and the ICRC
+// covers the IP ID (ROCEV2.md section 3), so a peer that verifies it, as
+// rxe does, would drop every segment but the first. Loopback carries the
+// segmented send whole to the receiving socket, which never sees an IP
+// header. IPv6 has no IP ID: its segments are the datagrams sent one by
+// one would be, but for the UDP checksum.
+func gsoSafe(dst netip.Addr) bool {
+	a := dst.Unmap()
+	return !a.Is4() || a.IsLoopback()
+}
+
 // gsoRun returns how many datagrams from ds[0] can leave in one
 // UDP_SEGMENT send: same destination, TOS and TTL, the size of ds[0],
 // except that the last may be shorter.
@@ -618,10 +633,10 @@ func (c *udpConn) sendRun(s *sender, ds []Datagram, gso bool) (sent, refused int
 	m := 0
 	for i := 0; i < len(ds); m++ {
 		k := 1
-		if gso {
+		d := &ds[i]
+		if gso && gsoSafe(d.Dst.Addr()) {
 			k = gsoRun(ds[i:])
 		}
-		d := &ds[i]
 		ttl := d.TTL
 		if ttl == 0 {
 			ttl = c.opts.TTL
