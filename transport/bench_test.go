@@ -222,14 +222,17 @@ func benchRawUDP(b *testing.B, mtu int, conns [2]Conn) {
 	start := time.Now()
 	total := int64(b.N * perOp)
 	var sent, lost int64
+	wait := time.NewTimer(time.Hour) // reused: time.After would allocate per wait
+	defer wait.Stop()
 	for sent < total {
 		// Stay within a 128-datagram window, as the RC requester
 		// does; datagrams the kernel dropped are written off after
 		// 5 ms without progress.
 		for sent-received.Load()-lost >= 128 {
+			wait.Reset(5 * time.Millisecond)
 			select {
 			case <-progress:
-			case <-time.After(5 * time.Millisecond):
+			case <-wait.C:
 				lost = sent - received.Load()
 			}
 		}
