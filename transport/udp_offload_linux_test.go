@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roce-emu/roce-emu/qp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -361,6 +362,64 @@ func TestAllocsConnUDPOffloads(t *testing.T) {
 			})
 			o, _ := Offloads(z)
 			assert.NotZero(t, o.GROReads)
+		})
+	}
+}
+
+// RC QPs on Conns with GSO and GRO on, over IPv4 and IPv6 loopback: a
+// 256 KiB WRITE and a SEND cross in segmented sends and coalesced reads,
+// and every packet passes the receiver's ICRC check assuming IP ID 0.
+func TestUDPOffloadEndpoints(t *testing.T) {
+	for _, fam := range [][2]string{{"127.0.0.1", "127.0.0.2"}, {"::1", "::1"}} {
+		t.Run(fam[0], func(t *testing.T) {
+			conns := [2]Conn{offloadConn(t, fam[0], true, true), offloadConn(t, fam[1], true, true)}
+			var s [2]*side
+			for i := range 2 {
+				ep := NewEndpoint(conns[i], Options{ICRC: ICRCAssumeID0})
+				t.Cleanup(func() { ep.Close() })
+				pd := ep.NewPD()
+				cq := ep.NewCQ(64)
+				q, err := ep.NewQP(pd, cq, cq, qp.InitAttr{SQSigAll: true})
+				require.NoError(t, err)
+				s[i] = &side{ep, pd, cq, q}
+			}
+			cfg := defaultPair()
+			for i := range 2 {
+				q, peer := s[i].qp, s[1-i]
+				require.NoError(t, q.Modify(&qp.Attr{State: qp.IBV_QPS_INIT, AccessFlags: qp.IBV_ACCESS_REMOTE_WRITE | qp.IBV_ACCESS_LOCAL_WRITE}, qp.IBV_QP_STATE|qp.IBV_QP_ACCESS_FLAGS))
+				require.NoError(t, q.Modify(&qp.Attr{State: qp.IBV_QPS_RTR, PathMTU: cfg.mtu, DestQPN: peer.qp.QPN(), RQPSN: cfg.psn[1-i],
+					MaxDestRdAtomic: 1, MinRNRTimer: 1, AV: qp.AddressVector{Remote: peer.ep.LocalAddr()}},
+					qp.IBV_QP_STATE|qp.IBV_QP_AV|qp.IBV_QP_PATH_MTU|qp.IBV_QP_DEST_QPN|qp.IBV_QP_RQ_PSN|qp.IBV_QP_MAX_DEST_RD_ATOMIC|qp.IBV_QP_MIN_RNR_TIMER))
+				require.NoError(t, q.Modify(&qp.Attr{State: qp.IBV_QPS_RTS, SQPSN: cfg.psn[i], Timeout: 12, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+					qp.IBV_QP_STATE|qp.IBV_QP_SQ_PSN|qp.IBV_QP_TIMEOUT|qp.IBV_QP_RETRY_CNT|qp.IBV_QP_RNR_RETRY|qp.IBV_QP_MAX_QP_RD_ATOMIC))
+			}
+			const n = 256 << 10
+			src := pattern(n, 3)
+			dst := make([]byte, n)
+			got := make([]byte, 5000)
+			smr, _ := s[0].pd.RegMR(src, qp.IBV_ACCESS_LOCAL_WRITE)
+			dmr, _ := s[1].pd.RegMR(dst, qp.IBV_ACCESS_LOCAL_WRITE|qp.IBV_ACCESS_REMOTE_WRITE)
+			gmr, _ := s[1].pd.RegMR(got, qp.IBV_ACCESS_LOCAL_WRITE)
+			require.NoError(t, s[1].qp.PostRecv(qp.RecvWR{WRID: 9, SGEs: []qp.SGE{gmr.SGE(0, len(got))}}))
+			require.NoError(t, s[0].qp.PostSend(qp.SendWR{WRID: 1, Opcode: qp.IBV_WR_RDMA_WRITE, SGEs: []qp.SGE{smr.SGE(0, n)}, RemoteAddr: dmr.VA, RKey: dmr.RKey}))
+			require.NoError(t, s[0].qp.PostSend(qp.SendWR{WRID: 2, Opcode: qp.IBV_WR_SEND, SGEs: []qp.SGE{smr.SGE(0, len(got))}}))
+			for _, c := range wait(t, s[0].cq, 2) {
+				require.Equal(t, qp.IBV_WC_SUCCESS, c.Status)
+			}
+			rc := wait(t, s[1].cq, 1)
+			require.Equal(t, qp.IBV_WC_SUCCESS, rc[0].Status)
+			s[1].ep.Sync()
+			assert.Equal(t, src, dst)
+			assert.Equal(t, src[:len(got)], got)
+			for i := range 2 {
+				st := s[i].ep.Stats()
+				assert.Zero(t, st.BadICRC, "side %d", i)
+				assert.Zero(t, st.Malformed, "side %d", i)
+			}
+			o0, _ := Offloads(conns[0])
+			o1, _ := Offloads(conns[1])
+			assert.NotZero(t, o0.GSOSends, "the requester's packets left segmented")
+			assert.NotZero(t, o1.GROReads, "and arrived coalesced")
 		})
 	}
 }
