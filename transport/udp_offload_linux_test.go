@@ -423,3 +423,39 @@ func TestUDPOffloadEndpoints(t *testing.T) {
 		})
 	}
 }
+
+// parseGRO and parseTOS read control messages as the kernel lays them out
+// (IP_TOS then UDP_GRO), and on every truncation of them return what is
+// whole and nothing else, without panicking.
+func TestParseGROTruncated(t *testing.T) {
+	oob := make([]byte, unix.CmsgSpace(1)+unix.CmsgSpace(4))
+	h := (*unix.Cmsghdr)(unsafePointer(oob))
+	h.Level, h.Type = unix.IPPROTO_IP, unix.IP_TOS
+	h.SetLen(unix.CmsgLen(1))
+	oob[unix.CmsgLen(0)] = 0x03
+	m := oob[unix.CmsgSpace(1):]
+	h = (*unix.Cmsghdr)(unsafePointer(m))
+	h.Level, h.Type = unix.SOL_UDP, unix.UDP_GRO
+	h.SetLen(unix.CmsgLen(4))
+	binary.NativeEndian.PutUint32(m[unix.CmsgLen(0):], 1052)
+	seg, ok := parseGRO(oob)
+	assert.True(t, ok)
+	assert.Equal(t, 1052, seg)
+	tos, ok := parseTOS(oob)
+	assert.True(t, ok)
+	assert.Equal(t, uint8(3), tos)
+	for i := range len(oob) {
+		whole := i >= unix.CmsgSpace(1)+unix.CmsgLen(4) // the padding after it may be cut
+		seg, ok := parseGRO(oob[:i])
+		assert.Equal(t, whole, ok, "GRO in %d bytes", i)
+		if !whole {
+			assert.Zero(t, seg)
+		}
+		_, ok = parseTOS(oob[:i])
+		assert.Equal(t, i >= unix.CmsgLen(1), ok, "TOS in %d bytes", i)
+	}
+	// A length that claims more than the buffer holds ends the parse.
+	h.SetLen(1000)
+	_, ok = parseGRO(oob)
+	assert.False(t, ok)
+}
