@@ -42,11 +42,15 @@ type Counters struct {
 	RespRemoteAccessErr uint64 `json:"resp_remote_access_errors"`
 	RespInvalidRequest  uint64 `json:"resp_remote_invalid_request"`
 	RespLocalLengthErr  uint64 `json:"resp_local_length_error"`
-	RespQueueFull       uint64 `json:"resp_queue_full"` // drop: an ACK, NAK or READ/atomic response not queued, the responder's output queue being full
-	RxReadRequests      uint64 `json:"rx_read_requests"`
-	RxWriteRequests     uint64 `json:"rx_write_requests"`
-	RxAtomicRequests    uint64 `json:"rx_atomic_requests"`
-	RxSendRequests      uint64 `json:"rx_send_requests"`
+	// RespRdAtomicExceeded counts READ and atomic requests refused (NAK
+	// Invalid Request, the QP to ERR; also counted in RespInvalidRequest)
+	// because max_dest_rd_atomic responses were still being sent.
+	RespRdAtomicExceeded uint64 `json:"resp_rd_atomic_exceeded"`
+	RespQueueFull        uint64 `json:"resp_queue_full"` // drop: an ACK, NAK or READ/atomic response not queued, the responder's output queue being full
+	RxReadRequests       uint64 `json:"rx_read_requests"`
+	RxWriteRequests      uint64 `json:"rx_write_requests"`
+	RxAtomicRequests     uint64 `json:"rx_atomic_requests"`
+	RxSendRequests       uint64 `json:"rx_send_requests"`
 	// UC and UD.
 	OutOfBuffer    uint64 `json:"out_of_buffer"`    // mlx5: drop: a UC or UD message with no receive WQE posted (RC sends an RNR NAK instead)
 	DroppedMsgPkts uint64 `json:"dropped_msg_pkts"` // drop: UC/UD: a request the responder cannot execute (its cause counted in a Resp* counter), and the rest of a UC message abandoned after it or after a PSN gap, up to the next First/Only

@@ -161,12 +161,16 @@ func TestDropCauses(t *testing.T) {
 			}},
 		{"resp_queue_full", "a READ request whose response finds the output queue full",
 			func(t *testing.T, d *dropQP) {
-				for i := range maxOutQueue {
-					d.feed(pkt(bth.RCReadRequest, bth.PSN(0x200).Add(i))) // zero-length READs: one response each
+				// A READ response cannot fill the queue (no more than
+				// max_dest_rd_atomic are queued): RNR NAKs can, each
+				// SEND at the expected PSN without a receive WQE getting
+				// one.
+				for range maxOutQueue {
+					d.feed(withPayload(pkt(bth.RCSendOnly, 0x200), 8))
 				}
 				require.Len(t, d.q.resp.out, maxOutQueue)
 			},
-			func() bth.Packet { return pkt(bth.RCReadRequest, bth.PSN(0x200).Add(maxOutQueue)) }},
+			func() bth.Packet { return pkt(bth.RCReadRequest, 0x200) }},
 		{"unexpected_response", "an ACK with nothing outstanding", nil,
 			func() bth.Packet { return ack(0x100, bth.SyndromeACKNoCredits) }},
 		{"unexpected_response", "an ACK for a PSN never sent",
