@@ -101,7 +101,8 @@ type Endpoint struct {
 	pending  bool
 	senderOn bool
 	senders  sync.WaitGroup
-	rr       int // where in order the next batch starts
+	sendFn   func() // sendLoop as a func value: go sendFn() allocates nothing
+	rr       int    // where in order the next batch starts
 
 	mu      sync.Mutex
 	qps     map[uint32]*QP
@@ -130,6 +131,7 @@ func NewEndpoint(conn Conn, opts Options) *Endpoint {
 	}
 	ep := &Endpoint{conn: conn, opts: opts, log: log, clock: clockOr(opts.Clock), qps: map[uint32]*QP{}, dev: qp.NewDevice(), done: make(chan struct{})}
 	_, ep.onNetwork = innermost(conn).(*memConn)
+	ep.sendFn = ep.sendLoop
 	go ep.readLoop()
 	return ep
 }
@@ -258,7 +260,7 @@ func (ep *Endpoint) flushLocked(now time.Time) {
 	} else if ep.sendBatchLocked(now) && !ep.senderOn && !ep.closed {
 		ep.senderOn = true
 		ep.senders.Add(1)
-		go ep.sendLoop()
+		go ep.sendFn()
 	}
 	ep.signalLocked()
 	ep.armLocked()
