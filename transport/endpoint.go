@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"reflect"
 	"sync"
 	"time"
 
@@ -77,6 +78,26 @@ type Stats struct {
 	BadSource  uint64 `json:"rx_bad_source"` // not from the QP's remote address (rxe check 9)
 	CNPs       uint64 `json:"rx_cnps"`       // CNPs received
 	SendErrors uint64 `json:"tx_errors"`     // datagrams the Conn refused
+}
+
+// Drops returns the Endpoint's counters of datagrams it dropped or could
+// not send, each cause its own counter (every Stats field but
+// rx_datagrams, tx_datagrams and rx_cnps), by JSON name in field order,
+// leaving out those at zero.
+func (s Stats) Drops() []qp.Count {
+	var out []qp.Count
+	v := reflect.ValueOf(s)
+	for i := range v.NumField() {
+		name := v.Type().Field(i).Tag.Get("json")
+		switch name {
+		case "rx_datagrams", "tx_datagrams", "rx_cnps":
+			continue
+		}
+		if n := v.Field(i).Uint(); n != 0 {
+			out = append(out, qp.Count{Name: name, Value: n})
+		}
+	}
+	return out
 }
 
 // Endpoint runs queue pairs on one Conn: it reads datagrams, hands them to

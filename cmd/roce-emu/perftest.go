@@ -313,29 +313,23 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 			return err
 		}
 	}
-	var sum qp.Counters
+	var cs []qp.Counters
+	qps := make([]*transport.QP, 0, len(r.qps))
 	for i, pq := range r.qps {
 		c := pq.q.Counters()
 		if len(r.qps) > 1 {
 			fmt.Fprintf(out, " QP %d counters: %s\n", i, describeCounters(c))
 		}
-		sum.SentPackets += c.SentPackets
-		sum.ReceivedPackets += c.ReceivedPackets
-		sum.RetransmittedPkts += c.RetransmittedPkts
-		sum.PacketSeqErr += c.PacketSeqErr
-		sum.ImpliedNakSeqErr += c.ImpliedNakSeqErr
-		sum.LocalAckTimeoutErr += c.LocalAckTimeoutErr
-		sum.RNRNakRetryErr += c.RNRNakRetryErr
-		sum.SendRNRErr += c.SendRNRErr
-		sum.OutOfSequence += c.OutOfSequence
-		sum.DuplicateRequest += c.DuplicateRequest
-		sum.RxWriteRequests += c.RxWriteRequests
-		sum.RxReadRequests += c.RxReadRequests
-		sum.RxSendRequests += c.RxSendRequests
-		sum.RxAtomicRequests += c.RxAtomicRequests
+		cs = append(cs, c)
+		qps = append(qps, pq.q)
 	}
+	sum := sumCounters(cs...)
 	fmt.Fprintf(out, " counters: %s\n", describeCounters(sum))
 	fmt.Fprintf(out, " requests served: %d RDMA WRITE, %d RDMA READ, %d SEND, %d atomic\n", sum.RxWriteRequests, sum.RxReadRequests, sum.RxSendRequests, sum.RxAtomicRequests)
+	fmt.Fprintf(out, " drops and refusals: %s\n", describeDrops(sum, ep.Stats()))
+	// A QP a peer's NAK or a local error ended fails the run, even when
+	// the exchange went on to the end (a server's QP is never polled).
+	qpErr := qpErrors(qps...)
 	if pcm != nil {
 		err := pcm.close(ctx)
 		pcm = nil
@@ -346,7 +340,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 			fmt.Fprintf(out, " rdma_cm: %d data QPs disconnected\n", len(r.qps))
 		}
 	}
-	return nil
+	return qpErr
 }
 
 // atomicName is perftest's name of an atomic operation (-A).
@@ -432,7 +426,7 @@ func perftestConnect(q *transport.QP, local, rem oob.PerftestKey, mtu qp.MTU, ud
 func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string, client bool, f *perfFlags, out io.Writer) error {
 	gbits := f.gbits
 	fail := func(err error) error {
-		return fmt.Errorf("%v (QP %s; %s)", err, r.q.State(), describeCounters(r.q.Counters()))
+		return fmt.Errorf("%v (QP %s; %s; drops and refusals: %s)", err, qpStateWhy(r.q), describeCounters(r.q.Counters()), describeDrops(r.q.Counters(), r.ep.Stats()))
 	}
 	program := perftestProgram(kind, r.op)
 	switch {
@@ -589,7 +583,7 @@ func (r *perftestTraffic) repostAll() error {
 // is a barrier after each size too (perftest 4.6 and later).
 func (r *perftestTraffic) bidirBW(ctx context.Context, s *oob.Perftest, f *perfFlags, out io.Writer) error {
 	fail := func(err error) error {
-		return fmt.Errorf("%v (QP %s; %s)", err, r.q.State(), describeCounters(r.q.Counters()))
+		return fmt.Errorf("%v (QP %s; %s; drops and refusals: %s)", err, qpStateWhy(r.q), describeCounters(r.q.Counters()), describeDrops(r.q.Counters(), r.ep.Stats()))
 	}
 	sizes := []int{r.size}
 	if f.all {

@@ -204,7 +204,7 @@ func (f *rpingFlags) run() error {
 		}
 		f.debugf("cma_event type RDMA_CM_EVENT_ESTABLISHED cma_id %#x (child)\n", s.conn.ID())
 		defer s.conn.Close()
-		return s.server(ctx)
+		return s.finish(s.server(ctx))
 	}
 	s.conn, err = svc.Dial(ctx, f.serverAddr, uint16(f.port), params)
 	if err != nil {
@@ -225,6 +225,20 @@ func (f *rpingFlags) run() error {
 	}
 	if err == nil {
 		fmt.Fprintln(f.stderr, "client DISCONNECT EVENT...")
+	}
+	return s.finish(err)
+}
+
+// finish prints the data QP's counters and every drop and refusal (with
+// -d, as the CM's), and fails a run that went well so far if the QP ended
+// in IBV_QPS_ERR other than by the disconnection, saying why.
+func (s *rpingSession) finish(err error) error {
+	q := s.conn.QP()
+	c := q.Counters()
+	s.f.debugf("qp counters: %s\n", describeCounters(c))
+	s.f.debugf("drops and refusals: %s\n", describeDrops(c, s.ep.Stats()))
+	if err == nil {
+		err = qpErrors(q)
 	}
 	return err
 }
@@ -253,6 +267,9 @@ func (s *rpingSession) wait(ctx context.Context, op qp.WCOpcode) error {
 						return errDisconnected
 					default:
 					}
+				}
+				if qerr := s.conn.QP().Err(); qerr != nil {
+					return fmt.Errorf("cq completion failed status %d (%v): %w", int(wc.Status), wc.Status, qerr)
 				}
 				return fmt.Errorf("cq completion failed status %d (%v)", int(wc.Status), wc.Status)
 			}
