@@ -147,3 +147,32 @@ func TestQPErr(t *testing.T) {
 	require.NoError(t, d.q.Modify(&Attr{State: IBV_QPS_RESET}, IBV_QP_STATE))
 	assert.Nil(t, d.q.Err())
 }
+
+// A requester that timed out retries READs whose answers already left:
+// those replays take no responder resource, so the READ it posts once the
+// first answer arrives is served (seen under -race in TestBWBidirectional:
+// a replay counted as a resource refused the next READ).
+func TestReadReplaysTakeNoResource(t *testing.T) {
+	d := newDropQP(t) // max_dest_rd_atomic 4
+	psn := bth.PSN(0x200)
+	for range 4 {
+		d.feed(d.readReq(psn, 1024))
+		psn = psn.Next()
+	}
+	d.next(t) // the first answer leaves
+	// The requester retries all four; the first is answered again.
+	for i := range 4 {
+		d.feed(d.readReq(bth.PSN(0x200).Add(i), 1024))
+	}
+	assert.Len(t, d.q.resp.out, 4, "three answers replaced, one appended")
+	// The first answer arrived: the requester completes the first READ
+	// and sends a fifth.
+	d.feed(d.readReq(psn, 1024))
+	assert.Equal(t, IBV_QPS_RTS, d.q.State())
+	assert.Zero(t, d.q.Counters.RespRdAtomicExceeded)
+	assert.Len(t, d.q.resp.out, 5)
+	// A sixth, with four first answers still queued, is one too many.
+	d.feed(d.readReq(psn.Next(), 1024))
+	assert.Equal(t, IBV_QPS_ERR, d.q.State())
+	assert.Equal(t, uint64(1), d.q.Counters.RespRdAtomicExceeded)
+}

@@ -47,6 +47,9 @@ type outItem struct {
 	resID  uint64 // the rdRes the response answers
 	data   []byte // the bytes still to send, in the responder's memory
 	replay bool   // started in the middle: Middle/Last opcodes only
+	// counted: the first answer to a READ or atomic request (or what
+	// replaced it), counted in responder.rdOut until handed out.
+	counted bool
 }
 
 // responder is the receive side of a QP (IBTA 9.7.4 "responder", rxe's
@@ -72,9 +75,12 @@ type responder struct {
 	resPos int
 	resSeq uint64
 	out    []outItem
-	// rdOut counts the READ responses and atomic ACKs in out: the
-	// responder resources in use (IBTA 9.7.5.1.x), at most
-	// max_dest_rd_atomic.
+	// rdOut counts the first answers to READ and atomic requests in out
+	// (outItem.counted): the responder resources in use (IBTA 9.7.5.1.x),
+	// at most max_dest_rd_atomic. Answers to duplicates are not counted
+	// (a requester retries what it has not seen answered, even if the
+	// answer left already); there is at most one per remembered request,
+	// so out holds at most twice max_dest_rd_atomic of them all.
 	rdOut int
 	// dropMsg (UC) drops every packet up to the next First or Only, the
 	// message in progress having been abandoned.
@@ -171,7 +177,7 @@ func (s *responder) queue(it outItem) {
 	if cap(*o) > cap(s.outBuf) {
 		s.outBuf = (*o)[:0]
 	}
-	if it.op != bth.RCAcknowledge {
+	if it.counted {
 		s.rdOut++
 	}
 }
@@ -181,13 +187,14 @@ func (s *responder) queue(it outItem) {
 // and the QP to ERR (a class C error, IBTA 9.7.5.2.x; rxe's
 // RESPST_ERR_TOO_MANY_RDMA_ATM_REQ, which rxe reaches with
 // max_dest_rd_atomic 0). A resource is in use from the request until its
-// response has been handed out in full: a requester that keeps to its
-// max_rd_atomic, no more than this QP's max_dest_rd_atomic, never finds
-// them all in use, since it sends a request beyond that number only
-// after a response came back whole. So a peer cannot make the responder
-// queue more READ responses than max_dest_rd_atomic, however many it asks
-// for (rxe, which serves one READ at a time from its packet queue, has
-// the same bound at 1).
+// first answer (or the replay that replaced it while queued) has been
+// handed out in full: a requester that keeps to its max_rd_atomic, no
+// more than this QP's max_dest_rd_atomic, never finds them all in use,
+// since it sends a request beyond that number only after an answer came
+// back whole. So a peer cannot make the responder queue more READ
+// responses than max_dest_rd_atomic new ones and as many replays,
+// however many it asks for (rxe, which serves one READ at a time from its
+// packet queue, has the bound at 1).
 func (s *responder) rdAtomicFull(psn bth.PSN) bool {
 	if s.rdOut < int(s.q.attr.MaxDestRdAtomic) {
 		return false
@@ -481,7 +488,7 @@ func (s *responder) recvRead(p *bth.Packet) {
 	s.msn = (s.msn + 1) & 0xFFFFFF
 	id := s.remember(rdRes{firstPSN: psn, lastPSN: psn.Add(npkts - 1), va: reth.VA, rkey: reth.RKey, length: reth.DMALength, msn: s.msn})
 	s.ePSN = psn.Add(npkts)
-	s.queue(outItem{op: bth.RCReadRequest, psn: psn, msn: s.msn, data: data, resID: id})
+	s.queue(outItem{op: bth.RCReadRequest, psn: psn, msn: s.msn, data: data, resID: id, counted: true})
 }
 
 func (s *responder) recvAtomic(p *bth.Packet, info *bth.OpInfo) {
@@ -514,7 +521,7 @@ func (s *responder) recvAtomic(p *bth.Packet, info *bth.OpInfo) {
 	s.msn = (s.msn + 1) & 0xFFFFFF
 	id := s.remember(rdRes{atomic: true, firstPSN: psn, lastPSN: psn, va: a.VA, rkey: a.RKey, length: 8, orig: orig, msn: s.msn})
 	s.ePSN = psn.Next()
-	s.queue(outItem{op: bth.RCAtomicAcknowledge, psn: psn, syndrome: bth.SyndromeACKNoCredits, msn: s.msn, orig: orig, resID: id})
+	s.queue(outItem{op: bth.RCAtomicAcknowledge, psn: psn, syndrome: bth.SyndromeACKNoCredits, msn: s.msn, orig: orig, resID: id, counted: true})
 }
 
 // duplicate answers a request whose PSN is before the expected one
@@ -570,12 +577,13 @@ func (s *responder) duplicate(p *bth.Packet, info *bth.OpInfo) {
 }
 
 // requeue queues the answer to a duplicate READ or atomic request, in
-// place of an answer to the same request still queued: each responder
-// resource has at most one answer queued, so duplicates cannot grow the
-// queue past max_dest_rd_atomic answers.
+// place of an answer to the same request still queued (taking its place in
+// rdOut too): each remembered request has at most one answer queued, so
+// duplicates cannot grow the queue past max_dest_rd_atomic answers.
 func (s *responder) requeue(it outItem) {
 	for k := range s.out {
 		if s.out[k].op == it.op && s.out[k].resID == it.resID {
+			it.counted = s.out[k].counted
 			s.out[k] = it
 			return
 		}
@@ -629,7 +637,7 @@ func (s *responder) next(now time.Time, out *bth.Packet) bool {
 			return true
 		}
 	}
-	if it.op != bth.RCAcknowledge {
+	if it.counted {
 		s.rdOut--
 	}
 	s.out[0] = outItem{}

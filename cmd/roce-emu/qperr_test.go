@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"math"
 	"net"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/roce-emu/roce-emu/bth"
 	"github.com/roce-emu/roce-emu/oob"
+	"github.com/roce-emu/roce-emu/qp"
+	"github.com/roce-emu/roce-emu/transport"
 )
 
 // A `bw -o write` server whose QP a peer's request ends in IBV_QPS_ERR (an
@@ -101,4 +104,48 @@ func TestPerftestServerQPErrExitsNonZero(t *testing.T) {
 	assert.Contains(t, o, "drops and refusals: resp_remote_access_errors 1")
 	assert.Contains(t, o, "QP 0x11 ended in IBV_QPS_ERR: qp: the responder refused the request at PSN 0x001234 with NAK_REMOTE_ACCESS")
 	t.Log(o)
+}
+
+// qpErrors names a QP a NAK ended and passes over one the command moved
+// to ERR itself; describeDrops lists each cause or says none.
+func TestQPErrorsAndDrops(t *testing.T) {
+	n := transport.NewNetwork(transport.Impairments{}, 1)
+	conn, err := n.Listen(netip.MustParseAddrPort("192.0.2.1:4791"))
+	require.NoError(t, err)
+	ep := transport.NewEndpoint(conn, transport.Options{})
+	defer ep.Close()
+	pd := ep.NewPD()
+	cq := ep.NewCQ(16)
+	a, err := ep.NewQP(pd, cq, cq, qp.InitAttr{})
+	require.NoError(t, err)
+	b, err := ep.NewQP(pd, cq, cq, qp.InitAttr{})
+	require.NoError(t, err)
+	assert.NoError(t, qpErrors(a, b))
+	require.NoError(t, b.Modify(&qp.Attr{State: qp.IBV_QPS_ERR}, qp.IBV_QP_STATE))
+	assert.NoError(t, qpErrors(a, b), "moved to ERR by the command")
+	// a: its RDMA WRITE to a peer that allows none is NAKed (remote
+	// access error) and the QP ends in ERR.
+	conn2, err := n.Listen(netip.MustParseAddrPort("192.0.2.2:4791"))
+	require.NoError(t, err)
+	ep2 := transport.NewEndpoint(conn2, transport.Options{})
+	defer ep2.Close()
+	cq2 := ep2.NewCQ(16)
+	c, err := ep2.NewQP(ep2.NewPD(), cq2, cq2, qp.InitAttr{})
+	require.NoError(t, err)
+	require.NoError(t, a.Connect(transport.Remote{Addr: ep2.LocalAddr(), QPN: c.QPN(), PSN: 0x100}, 0x200, transport.ConnectAttr{}))
+	require.NoError(t, c.Connect(transport.Remote{Addr: ep.LocalAddr(), QPN: a.QPN(), PSN: 0x200}, 0x100, transport.ConnectAttr{}))
+	buf := make([]byte, 8)
+	mr, err := pd.RegMR(buf, qp.IBV_ACCESS_LOCAL_WRITE)
+	require.NoError(t, err)
+	require.NoError(t, a.PostSend(qp.SendWR{Opcode: qp.IBV_WR_RDMA_WRITE, Flags: qp.IBV_SEND_SIGNALED, SGEs: []qp.SGE{mr.SGE(0, 8)},
+		RemoteAddr: 0x10000, RKey: 0x1234}))
+	require.Eventually(t, func() bool { return a.State() == qp.IBV_QPS_ERR }, 10*time.Second, time.Millisecond)
+	err = qpErrors(a, b)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), fmt.Sprintf("QP %#x ended in IBV_QPS_ERR: qp: a send work request completed with IBV_WC_REM_ACCESS_ERR", a.QPN()))
+	assert.NotContains(t, err.Error(), fmt.Sprintf("QP %#x", b.QPN()))
+
+	assert.Equal(t, "none", describeDrops(qp.Counters{SentPackets: 3}, transport.Stats{Received: 4}))
+	assert.Equal(t, "retry_exceeded_err 1, rx_qp_state_err 2, rx_unknown_qp 5",
+		describeDrops(qp.Counters{RetryExceededErr: 1, QPStateErr: 2}, transport.Stats{UnknownQP: 5}))
 }
