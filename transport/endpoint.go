@@ -78,6 +78,9 @@ type Stats struct {
 	BadSource  uint64 `json:"rx_bad_source"` // not from the QP's remote address (rxe check 9)
 	CNPs       uint64 `json:"rx_cnps"`       // CNPs received
 	SendErrors uint64 `json:"tx_errors"`     // datagrams the Conn refused
+	// EncodeErrors counts packets a QP handed out that could not be
+	// encoded (an address vector of mixed IP versions), dropped.
+	EncodeErrors uint64 `json:"tx_encode_errors"`
 }
 
 // Drops returns the Endpoint's counters of datagrams it dropped or could
@@ -381,6 +384,7 @@ func (ep *Endpoint) collectLocked(now time.Time) bool {
 				var err error
 				ep.arena, err = ep.pkt.Append(ep.arena, &q.encap)
 				if err != nil {
+					ep.stats.EncodeErrors++
 					ep.log.Error("cannot encode packet", "qpn", q.q.QPN, "err", err)
 					continue
 				}

@@ -20,7 +20,7 @@ func TestStatsDrops(t *testing.T) {
 	for _, d := range s.Drops() {
 		names = append(names, d.Name)
 	}
-	assert.Subset(t, names, []string{"rx_malformed", "rx_bad_icrc", "rx_unknown_qp", "rx_bad_source", "tx_errors"})
+	assert.Subset(t, names, []string{"rx_malformed", "rx_bad_icrc", "rx_unknown_qp", "rx_bad_source", "tx_errors", "tx_encode_errors"})
 	assert.NotContains(t, names, "rx_datagrams")
 	assert.NotContains(t, names, "tx_datagrams")
 	assert.NotContains(t, names, "rx_cnps")
