@@ -200,14 +200,22 @@ func sumCounters(cs ...qp.Counters) qp.Counters {
 
 // describeDrops lists every packet dropped and request refused, each
 // cause by its counter's name, the QPs' (qp.Counters.Refusals) then the
-// Endpoint's (transport.Stats.Drops), or says there were none.
-func describeDrops(c qp.Counters, st transport.Stats) string {
+// Endpoint's (transport.Stats.Drops), then completions lost to a full CQ
+// of cqs (cq_overruns), or says there were none.
+func describeDrops(c qp.Counters, st transport.Stats, cqs ...*transport.CQ) string {
 	var parts []string
 	for _, x := range c.Refusals() {
 		parts = append(parts, fmt.Sprintf("%s %d", x.Name, x.Value))
 	}
 	for _, x := range st.Drops() {
 		parts = append(parts, fmt.Sprintf("%s %d", x.Name, x.Value))
+	}
+	var over uint64
+	for _, cq := range cqs {
+		over += cq.Overruns()
+	}
+	if over > 0 {
+		parts = append(parts, fmt.Sprintf("cq_overruns %d", over))
 	}
 	if len(parts) == 0 {
 		return "none"

@@ -326,7 +326,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	sum := sumCounters(cs...)
 	fmt.Fprintf(out, " counters: %s\n", describeCounters(sum))
 	fmt.Fprintf(out, " requests served: %d RDMA WRITE, %d RDMA READ, %d SEND, %d atomic\n", sum.RxWriteRequests, sum.RxReadRequests, sum.RxSendRequests, sum.RxAtomicRequests)
-	fmt.Fprintf(out, " drops and refusals: %s\n", describeDrops(sum, ep.Stats()))
+	fmt.Fprintf(out, " drops and refusals: %s\n", describeDrops(sum, ep.Stats(), r.cq))
 	// A QP a peer's NAK or a local error ended fails the run, even when
 	// the exchange went on to the end (a server's QP is never polled).
 	qpErr := qpErrors(qps...)
@@ -426,7 +426,7 @@ func perftestConnect(q *transport.QP, local, rem oob.PerftestKey, mtu qp.MTU, ud
 func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string, client bool, f *perfFlags, out io.Writer) error {
 	gbits := f.gbits
 	fail := func(err error) error {
-		return fmt.Errorf("%v (QP %s; %s; drops and refusals: %s)", err, qpStateWhy(r.q), describeCounters(r.q.Counters()), describeDrops(r.q.Counters(), r.ep.Stats()))
+		return fmt.Errorf("%v (QP %s; %s; drops and refusals: %s)", err, qpStateWhy(r.q), describeCounters(r.q.Counters()), describeDrops(r.q.Counters(), r.ep.Stats(), r.cq))
 	}
 	program := perftestProgram(kind, r.op)
 	switch {
@@ -583,7 +583,7 @@ func (r *perftestTraffic) repostAll() error {
 // is a barrier after each size too (perftest 4.6 and later).
 func (r *perftestTraffic) bidirBW(ctx context.Context, s *oob.Perftest, f *perfFlags, out io.Writer) error {
 	fail := func(err error) error {
-		return fmt.Errorf("%v (QP %s; %s; drops and refusals: %s)", err, qpStateWhy(r.q), describeCounters(r.q.Counters()), describeDrops(r.q.Counters(), r.ep.Stats()))
+		return fmt.Errorf("%v (QP %s; %s; drops and refusals: %s)", err, qpStateWhy(r.q), describeCounters(r.q.Counters()), describeDrops(r.q.Counters(), r.ep.Stats(), r.cq))
 	}
 	sizes := []int{r.size}
 	if f.all {

@@ -320,7 +320,7 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) error {
 	// retransmission) is handled, and may touch the buffer, only under it.
 	ep.Locked(func() { r.checkData(mode, out) })
 	fmt.Fprintf(out, "counters: %s\n", describeCounters(r.counters()))
-	fmt.Fprintf(out, "drops and refusals: %s\n", describeDrops(r.counters(), ep.Stats()))
+	fmt.Fprintf(out, "drops and refusals: %s\n", describeDrops(r.counters(), ep.Stats(), r.cq))
 	return qpErrors(r.qps...)
 }
 
@@ -493,12 +493,12 @@ func (r *pingpongRun) loop(ctx context.Context, client bool, remote []oob.Dest) 
 	for rcnt < f.iters || scnt < f.iters {
 		n, err := r.cq.Wait(ctx, wc)
 		if err != nil {
-			return 0, fmt.Errorf("after %d sends and %d receives: %v (QP %s; %s; drops and refusals: %s)", scnt, rcnt, err, qpStateWhy(r.qps[0]), describeCounters(r.counters()), describeDrops(r.counters(), r.ep.Stats()))
+			return 0, fmt.Errorf("after %d sends and %d receives: %v (QP %s; %s; drops and refusals: %s)", scnt, rcnt, err, qpStateWhy(r.qps[0]), describeCounters(r.counters()), describeDrops(r.counters(), r.ep.Stats(), r.cq))
 		}
 		for _, c := range wc[:n] {
 			if c.Status != qp.IBV_WC_SUCCESS {
 				return 0, fmt.Errorf("work completion %s for wr_id %d after %d sends and %d receives (QP %s; %s; drops and refusals: %s)", c.Status, c.WRID, scnt, rcnt,
-					qpStateWhy(r.qps[0]), describeCounters(r.counters()), describeDrops(r.counters(), r.ep.Stats()))
+					qpStateWhy(r.qps[0]), describeCounters(r.counters()), describeDrops(r.counters(), r.ep.Stats(), r.cq))
 			}
 			i, ok := index[c.QPNum]
 			if !ok {

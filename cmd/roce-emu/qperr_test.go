@@ -145,6 +145,14 @@ func TestQPErrorsAndDrops(t *testing.T) {
 	assert.Contains(t, err.Error(), fmt.Sprintf("QP %#x ended in IBV_QPS_ERR: qp: a send work request completed with IBV_WC_REM_ACCESS_ERR", a.QPN()))
 	assert.NotContains(t, err.Error(), fmt.Sprintf("QP %#x", b.QPN()))
 
+	// Completions lost to a full CQ are drops too: sends posted in ERR
+	// complete at once, more than the CQ holds.
+	for range 20 {
+		require.NoError(t, a.PostSend(qp.SendWR{Opcode: qp.IBV_WR_SEND, Flags: qp.IBV_SEND_SIGNALED, SGEs: []qp.SGE{mr.SGE(0, 8)}}))
+	}
+	require.NotZero(t, cq.Overruns())
+	assert.Equal(t, fmt.Sprintf("cq_overruns %d", cq.Overruns()), describeDrops(qp.Counters{}, transport.Stats{}, cq, cq2))
+
 	assert.Equal(t, "none", describeDrops(qp.Counters{SentPackets: 3}, transport.Stats{Received: 4}))
 	assert.Equal(t, "retry_exceeded_err 1, rx_qp_state_err 2, rx_unknown_qp 5",
 		describeDrops(qp.Counters{RetryExceededErr: 1, QPStateErr: 2}, transport.Stats{UnknownQP: 5}))

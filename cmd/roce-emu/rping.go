@@ -236,7 +236,7 @@ func (s *rpingSession) finish(err error) error {
 	q := s.conn.QP()
 	c := q.Counters()
 	s.f.debugf("qp counters: %s\n", describeCounters(c))
-	s.f.debugf("drops and refusals: %s\n", describeDrops(c, s.ep.Stats()))
+	s.f.debugf("drops and refusals: %s\n", describeDrops(c, s.ep.Stats(), s.cq))
 	if err == nil {
 		err = qpErrors(q)
 	}
