@@ -65,6 +65,11 @@ const DefaultSendBatch = 64
 // the others.
 const sendQuota = 16
 
+// closeDrainBatches bounds what Close sends of what the QPs still have
+// queued: 1024 batches (64 Ki packets by default), so that a peer that
+// keeps asking cannot hold Close.
+const closeDrainBatches = 1024
+
 // Stats are an Endpoint's counts of packets no QP saw. Received and Sent
 // count what the Endpoint read from and handed to its Conn: with
 // WithFaults around the Conn, after the rules acted on incoming datagrams
@@ -125,8 +130,10 @@ type Endpoint struct {
 	pending  bool
 	senderOn bool
 	senders  sync.WaitGroup
-	sendFn   func() // sendLoop as a func value: go sendFn() allocates nothing
-	rr       int    // where in order the next batch starts
+	sendIdle sync.Cond // broadcast when a batch has been written (L is &mu)
+	closing  bool      // Close is sending what was queued
+	sendFn   func()    // sendLoop as a func value: go sendFn() allocates nothing
+	rr       int       // where in order the next batch starts
 
 	mu      sync.Mutex
 	qps     map[uint32]*QP
@@ -156,6 +163,7 @@ func NewEndpoint(conn Conn, opts Options) *Endpoint {
 	ep := &Endpoint{conn: conn, opts: opts, log: log, clock: clockOr(opts.Clock), qps: map[uint32]*QP{}, dev: qp.NewDevice(), done: make(chan struct{})}
 	_, ep.onNetwork = innermost(conn).(*memConn)
 	ep.sendFn = ep.sendLoop
+	ep.sendIdle.L = &ep.mu
 	go ep.readLoop()
 	return ep
 }
@@ -174,9 +182,21 @@ func (ep *Endpoint) Stats() Stats {
 // reading it ends before Close returns.
 func (ep *Endpoint) Close() error {
 	ep.mu.Lock()
-	if ep.closed {
+	if ep.closed || ep.closing {
 		ep.mu.Unlock()
 		return nil
+	}
+	// What the QPs queued before Close goes out first (the last ACK of a
+	// run whose completion the application saw, say): wait for the batch
+	// being written, then write what is left, up to closeDrainBatches.
+	ep.closing = true
+	for range closeDrainBatches {
+		for ep.sending {
+			ep.sendIdle.Wait()
+		}
+		if !ep.sendBatchLocked(ep.clock.Now()) {
+			break
+		}
 	}
 	ep.closed = true
 	if ep.timer != nil {
@@ -340,6 +360,7 @@ func (ep *Endpoint) sendBatchLocked(now time.Time) bool {
 	n, err := ep.conn.WriteBatch(ep.batch)
 	ep.mu.Lock()
 	ep.sending = false
+	ep.sendIdle.Broadcast()
 	ep.stats.Sent += uint64(n)
 	if err != nil {
 		ep.stats.SendErrors += uint64(len(ep.batch) - n)
