@@ -115,6 +115,10 @@ func TestSwitchCommandDCQCN(t *testing.T) {
 	var st transport.SwitchStats
 	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &st), "output: %s", stdout.String())
 	var marked, cnps, handled uint64
+	// The receiver wrote Dst; what it wrote before the ACKs the senders
+	// saw is ordered before what follows its Sync (over sockets the race
+	// detector sees no order otherwise).
+	recv.Sync()
 	for i, s := range ss {
 		assert.True(t, bytes.Equal(s.Src, s.Dst), "sender %d data", i)
 		rcnt, scnt := s.RQ.Counters(), s.Q.Counters()
