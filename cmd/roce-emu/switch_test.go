@@ -120,6 +120,10 @@ func TestSwitchCommandDCQCN(t *testing.T) {
 	// and orders its writes before the reads below.
 	require.NoError(t, recv.Close())
 	var marked, cnps, handled uint64
+	// The receiver wrote Dst; what it wrote before the ACKs the senders
+	// saw is ordered before what follows its Sync (over sockets the race
+	// detector sees no order otherwise).
+	recv.Sync()
 	for i, s := range ss {
 		// Under the receiver's lock: a late duplicate WRITE may still be
 		// landing (the race detector saw one on a loaded machine).
