@@ -73,6 +73,16 @@ type Params struct {
 	// (clamp_tgt_rate_after_time_inc; HPCC: clamp unless the timer stage
 	// is 0).
 	ClampTargetRateAfterTimeInc bool
+	// ClampTargetRateAfterByteInc sets the target rate to the current rate
+	// on a cut when the byte counter has raised the rate since the last
+	// cut (Google's isekai simulator, rdma_roce_cc_dcqcn.cc, which clamps
+	// on a byte-counter stage above 0 whatever the flags; the reading of
+	// mstflint's clamp_tgt_rate_after_time_inc text, "if the transmission
+	// rate was increased due to the timer, and not only due to the byte
+	// counter": a byte-counter increase clamps, the flag adds the timer's).
+	// Off, only the timer's increases clamp (HPCC, which has no byte
+	// counter).
+	ClampTargetRateAfterByteInc bool
 	// AlphaOnTick updates alpha only on a free-running AlphaPeriod tick
 	// from the first CNP: raised if a CNP came since the previous tick,
 	// decayed otherwise (mlx5's dce_tcp_rtt; HPCC's UpdateAlphaMlx); the
@@ -166,7 +176,8 @@ const (
 //     see GWeight), dce_tcp_rtt 1 us with alpha on that tick,
 //     rpg_min_dec_fac 50, rpg_min_rate 1 Mb/s, rate_reduce_monitor_period
 //     4 us with cuts on that tick, initial_alpha_value 1023 (1023/1024),
-//     clamp_tgt_rate 0, clamp_tgt_rate_after_time_inc 1,
+//     clamp_tgt_rate 0, clamp_tgt_rate_after_time_inc 1, the target
+//     clamped after a byte-counter increase (isekai's reading),
 //     min_time_between_cnps 4 us per port with marks inside it dropped;
 //     the increase stages as HPCC's Mellanox model counts them;
 //   - "hpcc": HPCC's ns-3 (rdma-hw.cc *Mlx functions, run.py) settings
@@ -210,6 +221,7 @@ func Profile(name string, lineRate Rate) (Params, error) {
 		p.MinDecFac = 50
 		p.RateReduceMonitorPeriod = 4 * time.Microsecond
 		p.ClampTargetRateAfterTimeInc = true
+		p.ClampTargetRateAfterByteInc = true
 		p.StageCheckFirst = true
 		p.HyperStepConstant = true
 		p.HyperWithoutByteCounter = true
@@ -461,7 +473,8 @@ func (r *ReactionPoint) cut(now time.Time) {
 		r.alpha = (1-r.p.G)*r.alpha + r.p.G
 		r.alphaAt = now.Add(r.p.AlphaPeriod)
 	}
-	if r.p.ClampTargetRate || (r.p.ClampTargetRateAfterTimeInc && r.tStage > 0) {
+	if r.p.ClampTargetRate || (r.p.ClampTargetRateAfterTimeInc && r.tStage > 0) ||
+		(r.p.ClampTargetRateAfterByteInc && r.bStage > 0) {
 		r.rt = r.rc
 	}
 	factor := 1 - r.alpha/2

@@ -16,7 +16,7 @@ import (
 // "gain", see GReading; initial_alpha_value as alpha*1024, 1023 for
 // 1023/1024); rpg_byte_reset in rpg_byte_reset_unit bytes (see
 // Params.ByteResetUnit). The rules that are not mlx5 settings take true or false
-// under roce-emu's own names (alpha_on_tick, stage_check_first,
+// under roce-emu's own names (alpha_on_tick, clamp_tgt_rate_after_byte_inc, stage_check_first,
 // hyper_step_constant, hyper_without_byte_counter, monitor_ignores,
 // cnp_per_port, cnp_at_window_end).
 var paramSetters = map[string]func(p *Params, v string) error{
@@ -84,6 +84,10 @@ var paramSetters = map[string]func(p *Params, v string) error{
 	"clamp_tgt_rate": func(p *Params, v string) (err error) { p.ClampTargetRate, err = strconv.ParseBool(v); return },
 	"clamp_tgt_rate_after_time_inc": func(p *Params, v string) (err error) {
 		p.ClampTargetRateAfterTimeInc, err = strconv.ParseBool(v)
+		return
+	},
+	"clamp_tgt_rate_after_byte_inc": func(p *Params, v string) (err error) {
+		p.ClampTargetRateAfterByteInc, err = strconv.ParseBool(v)
 		return
 	},
 	"alpha_on_tick":              func(p *Params, v string) (err error) { p.AlphaOnTick, err = strconv.ParseBool(v); return },

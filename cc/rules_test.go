@@ -103,25 +103,33 @@ func TestRuleCut(t *testing.T) {
 	assert.Equal(t, us(13), r.Deadline())
 }
 
-// clamp_tgt_rate and clamp_tgt_rate_after_time_inc: whether RT takes RC
-// on the second cut. After the first cut (RC 20, RT 40) one increase
-// event brings RC to 30; the second cut halves RC to 15 and leaves RT at
-// 30 when clamped, at 40 when not.
+// clamp_tgt_rate, clamp_tgt_rate_after_time_inc and the byte counter's
+// clamp: whether RT takes RC on the second cut. After the first cut (RC
+// 20, RT 40) one increase event brings RC to 30; the second cut halves RC
+// to 15 and leaves RT at 30 when clamped, at 40 when not.
 func TestRuleClamp(t *testing.T) {
 	for _, tc := range []struct {
 		clamp, afterTimeInc, byTimer bool
 		rt                           float64
+		afterByteInc                 bool
 	}{
-		{true, false, true, 30},
-		{true, false, false, 30},
-		{false, true, true, 30},  // the timer raised the rate: clamp
-		{false, true, false, 40}, // only the byte counter did: no clamp
-		{false, false, true, 40},
+		{true, false, true, 30, false},
+		{true, false, false, 30, false},
+		{false, true, true, 30, false},  // the timer raised the rate: clamp
+		{false, true, false, 40, false}, // only the byte counter did: no clamp
+		{false, false, true, 40, false},
+		// isekai's reading: a byte-counter increase clamps, a timer one
+		// only with clamp_tgt_rate_after_time_inc.
+		{false, false, false, 30, true},
+		{false, true, false, 30, true},
+		{false, false, true, 40, true},
+		{false, true, true, 30, true},
 	} {
 		p := base()
 		p.InitialAlpha, p.G = 1, 1.0/256
 		p.TimeReset, p.ByteReset = 10*time.Microsecond, 1000
 		p.ClampTargetRate, p.ClampTargetRateAfterTimeInc = tc.clamp, tc.afterTimeInc
+		p.ClampTargetRateAfterByteInc = tc.afterByteInc
 		r, _ := NewReactionPoint(p)
 		r.OnCNP(t0)
 		require.InDelta(t, 20.0, gb(r.Rate()), 1e-12)
@@ -247,7 +255,8 @@ func TestProfileRules(t *testing.T) {
 		AlphaPeriod: time.Microsecond, AlphaOnTick: true, TimeReset: 300 * time.Microsecond,
 		ByteReset: 32767 * 64, ByteResetUnit: 64, RPGByteReset: 32767, Threshold: 1, AIRate: 5 * Mbps, HAIRate: 50 * Mbps,
 		MinDecFac: 50, RateReduceMonitorPeriod: 4 * time.Microsecond, ClampTargetRateAfterTimeInc: true,
-		StageCheckFirst: true, HyperStepConstant: true, HyperWithoutByteCounter: true,
+		ClampTargetRateAfterByteInc: true,
+		StageCheckFirst:             true, HyperStepConstant: true, HyperWithoutByteCounter: true,
 		MinTimeBetweenCNPs: 4 * time.Microsecond, CNPPerPort: true, CNPDSCP: 48}, mlx5)
 	assert.Equal(t, Params{LineRate: 40 * Gbps, MinRate: 1000 * Mbps, G: 1.0 / 256, InitialAlpha: 1,
 		AlphaPeriod: time.Microsecond, AlphaOnTick: true, TimeReset: 300 * time.Microsecond, Threshold: 1,
@@ -266,4 +275,6 @@ func TestProfileRules(t *testing.T) {
 	assert.Equal(t, 100, p.ByteReset)
 	require.NoError(t, p.Set("rpg_byte_reset_unit=64"))
 	assert.Equal(t, 6400, p.ByteReset)
+	require.NoError(t, p.Set("clamp_tgt_rate_after_byte_inc=false"))
+	assert.False(t, p.ClampTargetRateAfterByteInc)
 }

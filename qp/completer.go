@@ -79,7 +79,7 @@ func (c *completer) failHead(status WCStatus) {
 		w := q.req.pop()
 		q.scq.push(WC{WRID: w.wr.WRID, Status: status, Opcode: w.wcOpcode(), QPNum: q.QPN})
 	}
-	q.toError()
+	q.toError(&QPError{Status: status})
 }
 
 // nakRetry starts go-back-N from psn after a NAK, unless one such retry

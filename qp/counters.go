@@ -42,11 +42,15 @@ type Counters struct {
 	RespRemoteAccessErr uint64 `json:"resp_remote_access_errors"`
 	RespInvalidRequest  uint64 `json:"resp_remote_invalid_request"`
 	RespLocalLengthErr  uint64 `json:"resp_local_length_error"`
-	RespQueueFull       uint64 `json:"resp_queue_full"` // drop: an ACK, NAK or READ/atomic response not queued, the responder's output queue being full
-	RxReadRequests      uint64 `json:"rx_read_requests"`
-	RxWriteRequests     uint64 `json:"rx_write_requests"`
-	RxAtomicRequests    uint64 `json:"rx_atomic_requests"`
-	RxSendRequests      uint64 `json:"rx_send_requests"`
+	// RespRdAtomicExceeded counts READ and atomic requests refused (NAK
+	// Invalid Request, the QP to ERR; also counted in RespInvalidRequest)
+	// because max_dest_rd_atomic responses were still being sent.
+	RespRdAtomicExceeded uint64 `json:"resp_rd_atomic_exceeded"`
+	RespQueueFull        uint64 `json:"resp_queue_full"` // drop: an ACK, NAK or READ/atomic response not queued, the responder's output queue being full
+	RxReadRequests       uint64 `json:"rx_read_requests"`
+	RxWriteRequests      uint64 `json:"rx_write_requests"`
+	RxAtomicRequests     uint64 `json:"rx_atomic_requests"`
+	RxSendRequests       uint64 `json:"rx_send_requests"`
 	// UC and UD.
 	OutOfBuffer    uint64 `json:"out_of_buffer"`    // mlx5: drop: a UC or UD message with no receive WQE posted (RC sends an RNR NAK instead)
 	DroppedMsgPkts uint64 `json:"dropped_msg_pkts"` // drop: UC/UD: a request the responder cannot execute (its cause counted in a Resp* counter), and the rest of a UC message abandoned after it or after a PSN gap, up to the next First/Only
@@ -71,4 +75,55 @@ func (c Counters) Drops() uint64 {
 		c.ResponseMismatch + c.ReadResponseMalformed + c.ReservedSyndrome + c.OutOfSequence +
 		c.DuplicateNoResource + c.RespQueueFull + c.RPCNPIgnored + c.OpcodeErr + c.PKeyViolations + c.QPStateErr +
 		c.OutOfBuffer + c.DroppedMsgPkts + c.QKeyViolations
+}
+
+// Count is one counter: its JSON name (as in Counters' tags) and value.
+type Count struct {
+	Name  string
+	Value uint64
+}
+
+// Refusals returns the counters of what the QP dropped or refused, each
+// cause its own counter, leaving out those at zero: every drop counter
+// (see Drops), the requests the responder refused (NAKs by cause, RNR
+// NAKs sent), and the requester's work requests the peer refused or the
+// retries ran out on. Names are the JSON names, in field order. A driver
+// prints them so that a user sees why packets went nowhere.
+func (c Counters) Refusals() []Count {
+	all := [...]Count{
+		{"implied_nak_seq_err", c.ImpliedNakSeqErr},
+		{"implied_nak_during_retry", c.ImpliedNakDuringRetry},
+		{"retry_exceeded_err", c.RetryExceededErr},
+		{"retry_rnr_exceeded_err", c.RetryRNRExceeded},
+		{"req_remote_access_errors", c.ReqRemoteAccessErr},
+		{"req_remote_invalid_request", c.ReqRemoteInvalidReq},
+		{"req_remote_operational_errors", c.ReqRemoteOpErr},
+		{"duplicate_response", c.DuplicateResponse},
+		{"unexpected_response", c.UnexpectedResponse},
+		{"response_mismatch", c.ResponseMismatch},
+		{"read_response_malformed", c.ReadResponseMalformed},
+		{"aeth_reserved_syndrome", c.ReservedSyndrome},
+		{"out_of_sequence", c.OutOfSequence},
+		{"duplicate_no_resource", c.DuplicateNoResource},
+		{"send_rnr_err", c.SendRNRErr},
+		{"resp_remote_access_errors", c.RespRemoteAccessErr},
+		{"resp_remote_invalid_request", c.RespInvalidRequest},
+		{"resp_local_length_error", c.RespLocalLengthErr},
+		{"resp_rd_atomic_exceeded", c.RespRdAtomicExceeded},
+		{"resp_queue_full", c.RespQueueFull},
+		{"out_of_buffer", c.OutOfBuffer},
+		{"dropped_msg_pkts", c.DroppedMsgPkts},
+		{"qkey_violations", c.QKeyViolations},
+		{"rp_cnp_ignored", c.RPCNPIgnored},
+		{"rx_opcode_err", c.OpcodeErr},
+		{"pkey_violations", c.PKeyViolations},
+		{"rx_qp_state_err", c.QPStateErr},
+	}
+	var out []Count
+	for _, x := range all {
+		if x.Value != 0 {
+			out = append(out, x)
+		}
+	}
+	return out
 }

@@ -64,5 +64,28 @@
 // (Device.PollEvents).
 //
 // Every packet a QP drops is counted in exactly one counter named for its
-// cause (see Counters and Counters.Drops).
+// cause (see Counters and Counters.Drops); Counters.Refusals lists them
+// with the requests the QP refused. QP.Err says why a QP is in ERR.
+//
+// # Responder resources
+//
+// max_dest_rd_atomic is the number of READ and atomic requests the
+// responder answers at once (IBTA 9.7.5.1.x "responder resources"). A new
+// one that arrives while that many first answers are still queued is
+// NAKed Invalid Request and the QP goes to ERR (Counters.
+// RespRdAtomicExceeded); with 0 every READ and atomic is refused. rxe
+// (rxe_resp.c, check_resource) refuses them with
+// RESPST_ERR_TOO_MANY_RDMA_ATM_REQ, NAK Invalid Request and
+// IB_WC_REM_INV_REQ_ERR, only when max_dest_rd_atomic is 0; otherwise it
+// leaves "the requester's job" to the requester and recycles its resource
+// ring, but it answers one READ at a time (get_req goes back to
+// READ_REPLY while a response is under way, one packet per pass, before
+// it looks at the next request), so its memory never holds more than one
+// response packet. Here responses are handed out a packet at a time from
+// the memory region too, and the refusal bounds how many are queued: a
+// peer that keeps to the max_rd_atomic it was given is never refused,
+// one that floods READs ends its QP. Duplicates are answered from the
+// last max_dest_rd_atomic requests remembered, as rxe's find_resource
+// does (IBTA 9.7.5.1.2), each replacing an answer to the same request
+// still queued.
 package qp

@@ -161,12 +161,16 @@ func TestDropCauses(t *testing.T) {
 			}},
 		{"resp_queue_full", "a READ request whose response finds the output queue full",
 			func(t *testing.T, d *dropQP) {
-				for i := range maxOutQueue {
-					d.feed(pkt(bth.RCReadRequest, bth.PSN(0x200).Add(i))) // zero-length READs: one response each
+				// A READ response cannot fill the queue (no more than
+				// max_dest_rd_atomic are queued): RNR NAKs can, each
+				// SEND at the expected PSN without a receive WQE getting
+				// one.
+				for range maxOutQueue {
+					d.feed(withPayload(pkt(bth.RCSendOnly, 0x200), 8))
 				}
 				require.Len(t, d.q.resp.out, maxOutQueue)
 			},
-			func() bth.Packet { return pkt(bth.RCReadRequest, bth.PSN(0x200).Add(maxOutQueue)) }},
+			func() bth.Packet { return pkt(bth.RCReadRequest, 0x200) }},
 		{"unexpected_response", "an ACK with nothing outstanding", nil,
 			func() bth.Packet { return ack(0x100, bth.SyndromeACKNoCredits) }},
 		{"unexpected_response", "an ACK for a PSN never sent",
@@ -350,4 +354,31 @@ func TestRCServiceSeam(t *testing.T) {
 	err := d.q.PostSend(SendWR{Opcode: IBV_WR_SEND_WITH_INV + 1})
 	assert.ErrorIs(t, err, ErrBadWR)
 	assert.ErrorContains(t, err, "RC QP")
+}
+
+// Refusals lists every drop counter, under its JSON name and with its
+// value, and the refusals besides; counters at zero are left out.
+func TestRefusals(t *testing.T) {
+	var c Counters
+	v := reflect.ValueOf(&c).Elem()
+	byJSON := map[string]uint64{}
+	for i := range v.NumField() {
+		v.Field(i).SetUint(uint64(i + 1))
+		byJSON[v.Type().Field(i).Tag.Get("json")] = uint64(i + 1)
+	}
+	got := map[string]uint64{}
+	for _, x := range c.Refusals() {
+		require.Contains(t, byJSON, x.Name)
+		assert.Equal(t, byJSON[x.Name], x.Value, x.Name)
+		got[x.Name] = x.Value
+	}
+	for name := range dropCounters(&c) {
+		assert.Contains(t, got, name, "a drop counter")
+	}
+	for _, name := range []string{"resp_rd_atomic_exceeded", "resp_remote_invalid_request", "resp_remote_access_errors",
+		"resp_local_length_error", "send_rnr_err", "req_remote_access_errors", "retry_exceeded_err"} {
+		assert.Contains(t, got, name)
+	}
+	assert.Empty(t, Counters{SentPackets: 5, ReceivedPackets: 5}.Refusals())
+	assert.Equal(t, []Count{{"rx_qp_state_err", 3}}, Counters{SentPackets: 5, QPStateErr: 3}.Refusals())
 }

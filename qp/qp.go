@@ -199,6 +199,8 @@ type QP struct {
 	opBase bth.Opcode // the opcode class: RC 0x00, UC 0x20, UD 0x60
 	udMTU  MTU        // UD: the MTU, the device's active MTU at New
 
+	errCause *QPError // why the QP is in ERR; nil otherwise
+
 	svc  service
 	ops  *[256]*bth.OpInfo // svc.opcodes()
 	req  requester
@@ -340,6 +342,7 @@ func (q *QP) reset() {
 	if q.QPN == 1 {
 		q.attr.QKey = bth.GSIQKey
 	}
+	q.errCause = nil
 	q.req = requester{q: q}
 	q.comp = completer{q: q}
 	q.resp = responder{q: q}
@@ -443,7 +446,9 @@ func (q *QP) Modify(attr *Attr, mask AttrMask) error {
 		q.reset()
 		return nil
 	case IBV_QPS_ERR:
-		q.toError()
+		if q.state != IBV_QPS_ERR {
+			q.toError(&QPError{Modified: true})
+		}
 		return nil
 	}
 	q.state = to
@@ -517,8 +522,57 @@ func LocalAckTimeout(code uint8) time.Duration {
 	return time.Duration(4096<<code) * time.Nanosecond
 }
 
-// toError moves the QP to ERR and flushes its work queues (IBTA 10.3.1.x).
-func (q *QP) toError() {
+// QPError says why a QP entered IBV_QPS_ERR (QP.Err).
+type QPError struct {
+	// Status is the completion status that ended the QP: that of the
+	// send WQE the requester failed, or the one the responder's NAK
+	// stands for (the peer's requester completes with it). Zero when
+	// Modified.
+	Status WCStatus
+	// Responder: the responder refused a request (IBTA 9.7.5.2 class B-D
+	// errors): it sent a NAK with Syndrome for PSN (RC; UC sends none).
+	Responder bool
+	Syndrome  bth.Syndrome
+	PSN       bth.PSN
+	// Reason, when set, is the check the request failed.
+	Reason string
+	// Modified: the application moved the QP to ERR with Modify.
+	Modified bool
+}
+
+func (e *QPError) Error() string {
+	var s string
+	switch {
+	case e.Modified:
+		return "qp: moved to IBV_QPS_ERR by modify"
+	case e.Responder && e.Syndrome != 0:
+		s = fmt.Sprintf("qp: the responder refused the request at PSN %#06x with %s (the peer completes with IBV_WC_%s)", uint32(e.PSN), e.Syndrome.KindName(), e.Status)
+	case e.Responder:
+		s = fmt.Sprintf("qp: the responder failed a request at PSN %#06x with IBV_WC_%s", uint32(e.PSN), e.Status)
+	default:
+		s = fmt.Sprintf("qp: a send work request completed with IBV_WC_%s", e.Status)
+	}
+	if e.Reason != "" {
+		s += ": " + e.Reason
+	}
+	return s
+}
+
+// Err returns why the QP is in IBV_QPS_ERR, a *QPError, or nil when it
+// is in another state.
+func (q *QP) Err() error {
+	if q.state != IBV_QPS_ERR || q.errCause == nil {
+		return nil
+	}
+	return q.errCause
+}
+
+// toError moves the QP to ERR and flushes its work queues (IBTA 10.3.1.x);
+// cause says why.
+func (q *QP) toError(cause *QPError) {
+	if q.state != IBV_QPS_ERR || q.errCause == nil {
+		q.errCause = cause
+	}
 	q.state = IBV_QPS_ERR
 	q.flush(true)
 	q.resp.keepAcksOnly()

@@ -2,6 +2,7 @@ package qp
 
 import (
 	"encoding/binary"
+	"fmt"
 	"time"
 
 	"github.com/roce-emu/roce-emu/bth"
@@ -46,6 +47,9 @@ type outItem struct {
 	resID  uint64 // the rdRes the response answers
 	data   []byte // the bytes still to send, in the responder's memory
 	replay bool   // started in the middle: Middle/Last opcodes only
+	// counted: the first answer to a READ or atomic request (or what
+	// replaced it), counted in responder.rdOut until handed out.
+	counted bool
 }
 
 // responder is the receive side of a QP (IBTA 9.7.4 "responder", rxe's
@@ -71,6 +75,13 @@ type responder struct {
 	resPos int
 	resSeq uint64
 	out    []outItem
+	// rdOut counts the first answers to READ and atomic requests in out
+	// (outItem.counted): the responder resources in use (IBTA 9.7.5.1.x),
+	// at most max_dest_rd_atomic. Answers to duplicates are not counted
+	// (a requester retries what it has not seen answered, even if the
+	// answer left already); there is at most one per remembered request,
+	// so out holds at most twice max_dest_rd_atomic of them all.
+	rdOut int
 	// dropMsg (UC) drops every packet up to the next First or Only, the
 	// message in progress having been abandoned.
 	dropMsg bool
@@ -166,6 +177,35 @@ func (s *responder) queue(it outItem) {
 	if cap(*o) > cap(s.outBuf) {
 		s.outBuf = (*o)[:0]
 	}
+	if it.counted {
+		s.rdOut++
+	}
+}
+
+// rdAtomicFull reports whether a new READ or atomic request finds every
+// responder resource in use, and if so refuses it: a NAK Invalid Request
+// and the QP to ERR (a class C error, IBTA 9.7.5.2.x; rxe's
+// RESPST_ERR_TOO_MANY_RDMA_ATM_REQ, which rxe reaches with
+// max_dest_rd_atomic 0). A resource is in use from the request until its
+// first answer (or the replay that replaced it while queued) has been
+// handed out in full: a requester that keeps to its max_rd_atomic, no
+// more than this QP's max_dest_rd_atomic, never finds them all in use,
+// since it sends a request beyond that number only after an answer came
+// back whole. So a peer cannot make the responder queue more READ
+// responses than max_dest_rd_atomic new ones and as many replays,
+// however many it asks for (rxe, which serves one READ at a time from its
+// packet queue, has the bound at 1).
+func (s *responder) rdAtomicFull(psn bth.PSN) bool {
+	if s.rdOut < int(s.q.attr.MaxDestRdAtomic) {
+		return false
+	}
+	s.q.Counters.RespRdAtomicExceeded++
+	s.q.Counters.RespInvalidRequest++
+	s.fatal(psn, bth.SyndromeInvalidReq, IBV_WC_REM_INV_REQ_ERR)
+	if e := s.q.errCause; e != nil && e.Responder && e.PSN == psn {
+		e.Reason = fmt.Sprintf("a READ or atomic request beyond max_dest_rd_atomic %d", s.q.attr.MaxDestRdAtomic)
+	}
+	return true
 }
 
 func (s *responder) ack(psn bth.PSN) {
@@ -412,7 +452,7 @@ func (s *responder) remote(rkey uint32, va, n uint64, need Access) []byte {
 func (s *responder) remember(r rdRes) uint64 {
 	s.resSeq++
 	r.id = s.resSeq
-	depth := max(1, int(s.q.attr.MaxDestRdAtomic))
+	depth := int(s.q.attr.MaxDestRdAtomic)
 	if len(s.res) < depth {
 		s.res = append(s.res, r)
 		return r.id
@@ -426,6 +466,9 @@ func (s *responder) recvRead(p *bth.Packet) {
 	q := s.q
 	psn := p.BTH.PSN
 	q.Counters.RxReadRequests++
+	if s.rdAtomicFull(psn) {
+		return
+	}
 	reth := p.RETH
 	if reth.DMALength > MaxMessage {
 		q.Counters.RespInvalidRequest++
@@ -445,13 +488,16 @@ func (s *responder) recvRead(p *bth.Packet) {
 	s.msn = (s.msn + 1) & 0xFFFFFF
 	id := s.remember(rdRes{firstPSN: psn, lastPSN: psn.Add(npkts - 1), va: reth.VA, rkey: reth.RKey, length: reth.DMALength, msn: s.msn})
 	s.ePSN = psn.Add(npkts)
-	s.queue(outItem{op: bth.RCReadRequest, psn: psn, msn: s.msn, data: data, resID: id})
+	s.queue(outItem{op: bth.RCReadRequest, psn: psn, msn: s.msn, data: data, resID: id, counted: true})
 }
 
 func (s *responder) recvAtomic(p *bth.Packet, info *bth.OpInfo) {
 	q := s.q
 	psn := p.BTH.PSN
 	q.Counters.RxAtomicRequests++
+	if s.rdAtomicFull(psn) {
+		return
+	}
 	a := p.AtomicETH
 	if a.VA%8 != 0 {
 		q.Counters.RespInvalidRequest++
@@ -473,9 +519,9 @@ func (s *responder) recvAtomic(p *bth.Packet, info *bth.OpInfo) {
 		binary.LittleEndian.PutUint64(b, a.SwapAdd)
 	}
 	s.msn = (s.msn + 1) & 0xFFFFFF
-	_ = s.remember(rdRes{atomic: true, firstPSN: psn, lastPSN: psn, va: a.VA, rkey: a.RKey, length: 8, orig: orig, msn: s.msn})
+	id := s.remember(rdRes{atomic: true, firstPSN: psn, lastPSN: psn, va: a.VA, rkey: a.RKey, length: 8, orig: orig, msn: s.msn})
 	s.ePSN = psn.Next()
-	s.queue(outItem{op: bth.RCAtomicAcknowledge, psn: psn, syndrome: bth.SyndromeACKNoCredits, msn: s.msn, orig: orig})
+	s.queue(outItem{op: bth.RCAtomicAcknowledge, psn: psn, syndrome: bth.SyndromeACKNoCredits, msn: s.msn, orig: orig, resID: id, counted: true})
 }
 
 // duplicate answers a request whose PSN is before the expected one
@@ -509,14 +555,7 @@ func (s *responder) duplicate(p *bth.Packet, info *bth.OpInfo) {
 			// Like rxe, a duplicate restarts the response from the PSN
 			// asked for: a response to the same request still being sent
 			// is replaced, not doubled.
-			it := outItem{op: bth.RCReadRequest, psn: psn, msn: r.msn, data: data, replay: psn != r.firstPSN, resID: r.id}
-			for k := range s.out {
-				if s.out[k].op == bth.RCReadRequest && s.out[k].resID == r.id {
-					s.out[k] = it
-					return
-				}
-			}
-			s.queue(it)
+			s.requeue(outItem{op: bth.RCReadRequest, psn: psn, msn: r.msn, data: data, replay: psn != r.firstPSN, resID: r.id})
 			return
 		}
 		// Not a request this responder remembers (or its memory is no
@@ -527,7 +566,7 @@ func (s *responder) duplicate(p *bth.Packet, info *bth.OpInfo) {
 		for i := range s.res {
 			r := &s.res[i]
 			if r.atomic && r.firstPSN == psn {
-				s.queue(outItem{op: bth.RCAtomicAcknowledge, psn: psn, syndrome: bth.SyndromeACKNoCredits, msn: r.msn, orig: r.orig})
+				s.requeue(outItem{op: bth.RCAtomicAcknowledge, psn: psn, syndrome: bth.SyndromeACKNoCredits, msn: r.msn, orig: r.orig, resID: r.id})
 				return
 			}
 		}
@@ -535,6 +574,21 @@ func (s *responder) duplicate(p *bth.Packet, info *bth.OpInfo) {
 	default:
 		q.Counters.DuplicateNoResource++
 	}
+}
+
+// requeue queues the answer to a duplicate READ or atomic request, in
+// place of an answer to the same request still queued (taking its place in
+// rdOut too): each remembered request has at most one answer queued, so
+// duplicates cannot grow the queue past max_dest_rd_atomic answers.
+func (s *responder) requeue(it outItem) {
+	for k := range s.out {
+		if s.out[k].op == it.op && s.out[k].resID == it.resID {
+			it.counted = s.out[k].counted
+			s.out[k] = it
+			return
+		}
+	}
+	s.queue(it)
 }
 
 // next hands out the responder's next packet.
@@ -583,6 +637,9 @@ func (s *responder) next(now time.Time, out *bth.Packet) bool {
 			return true
 		}
 	}
+	if it.counted {
+		s.rdOut--
+	}
 	s.out[0] = outItem{}
 	s.out = s.out[1:]
 	return true
@@ -616,5 +673,7 @@ func (s *responder) keepAcksOnly() {
 			keep = append(keep, it)
 		}
 	}
+	clear(s.out[len(keep):])
 	s.out = keep
+	s.rdOut = 0
 }

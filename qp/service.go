@@ -125,5 +125,5 @@ func (rcService) reject(r *responder, psn bth.PSN, s bth.Syndrome, status WCStat
 		r.q.rcq.push(WC{WRID: c.wr.WRID, Status: status, Opcode: IBV_WC_RECV, QPNum: r.q.QPN})
 		r.cur = nil
 	}
-	r.q.toError()
+	r.q.toError(&QPError{Status: status, Responder: true, Syndrome: s, PSN: psn})
 }

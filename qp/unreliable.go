@@ -132,7 +132,7 @@ func (ucService) reject(r *responder, psn bth.PSN, s bth.Syndrome, status WCStat
 			r.q.rcq.push(WC{WRID: c.wr.WRID, Status: status, Opcode: IBV_WC_RECV, QPNum: r.q.QPN})
 			r.cur = nil
 		}
-		r.q.toError()
+		r.q.toError(&QPError{Status: status, Responder: true, PSN: psn})
 		return
 	}
 	r.q.Counters.DroppedMsgPkts++

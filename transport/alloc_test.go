@@ -91,3 +91,30 @@ func endpointWriteRound(t *testing.T, cs [2]Conn) func() {
 		}
 	}
 }
+
+// A READ of 256 packets, more than one send batch holds (the responder's
+// Endpoint sends the first batch itself and the rest from its sender
+// goroutine), allocates nothing either.
+func TestAllocsEndpointReadMem(t *testing.T) {
+	n := NewNetwork(Impairments{}, 1)
+	var cs [2]Conn
+	for i, a := range []string{"192.0.2.1:4791", "192.0.2.2:4791"} {
+		c, err := n.Listen(netip.MustParseAddrPort(a))
+		require.NoError(t, err)
+		cs[i] = c
+	}
+	s := connect(t, cs, defaultPair())
+	const size = 256 << 10
+	smr, _ := s[1].pd.RegMR(make([]byte, size), qp.IBV_ACCESS_LOCAL_WRITE|qp.IBV_ACCESS_REMOTE_READ)
+	dmr, _ := s[0].pd.RegMR(make([]byte, size), qp.IBV_ACCESS_LOCAL_WRITE)
+	wr := qp.SendWR{Opcode: qp.IBV_WR_RDMA_READ, SGEs: []qp.SGE{dmr.SGE(0, size)}, RemoteAddr: smr.VA, RKey: smr.RKey}
+	wc := make([]qp.WC, 4)
+	allocGate(t, "Endpoint READ of 256 packets", func() {
+		if err := s[0].qp.PostSend(wr); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := s[0].cq.Wait(context.Background(), wc); err != nil || n != 1 || wc[0].Status != qp.IBV_WC_SUCCESS {
+			t.Fatal(n, err)
+		}
+	})
+}

@@ -5,6 +5,7 @@ package transport
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,51 +14,96 @@ import (
 	"github.com/roce-emu/roce-emu/qp"
 )
 
+// offloadVariants are the UDP Conns the datapath benchmarks run on: the
+// kernel's UDP GSO and GRO off, and on. Both compute the UDP checksum
+// (GSO needs it; on loopback it is never computed), so that only the
+// offloads differ.
+var offloadVariants = []struct {
+	name string
+	opts UDPOptions
+}{
+	{"offload=off", UDPOptions{ComputeUDPChecksum: true, NoGSO: true, NoGRO: true}},
+	{"offload=on", UDPOptions{ComputeUDPChecksum: true}},
+}
+
+// udpPairOpts is udpPair with opts (and udpPair's TOS).
+func udpPairOpts(b *testing.B, opts UDPOptions) [2]Conn {
+	var conns [2]Conn
+	opts.TOS, opts.EphemeralPort = bth.TrafficClass(26, bth.ECT0), true
+	for i, a := range []string{"127.0.0.1", "127.0.0.2"} {
+		c, err := ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(a), 0), opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		conns[i] = c
+	}
+	return conns
+}
+
+// reportOffloads reports how many datagrams each UDP_SEGMENT send carried
+// from c, and each coalesced datagram received at c held.
+func reportOffloads(b *testing.B, send, recv Conn) {
+	if o, ok := Offloads(send); ok && o.GSOSends > 0 {
+		b.ReportMetric(float64(o.GSOSegments)/float64(o.GSOSends), "segs/gso-send")
+	}
+	if o, ok := Offloads(recv); ok && o.GROReads > 0 {
+		b.ReportMetric(float64(o.GROSegments)/float64(o.GROReads), "segs/gro-read")
+	}
+}
+
 // BenchmarkWriteBW measures RDMA WRITE bandwidth of 64 KiB messages between
-// two Endpoints over UDP on loopback, 32 WRITEs outstanding. One op is one
+// two Endpoints over UDP on loopback, 32 WRITEs outstanding, with the
+// kernel's UDP offloads off and on (offloadVariants). One op is one
 // completed WRITE; Gb/s counts message bytes.
 func BenchmarkWriteBW(b *testing.B) {
 	for _, mtu := range []qp.MTU{qp.IBV_MTU_1024, qp.IBV_MTU_4096} {
-		b.Run(fmt.Sprintf("64KiB/mtu%d", mtu.Bytes()), func(b *testing.B) {
-			cfg := defaultPair()
-			cfg.mtu = mtu
-			s := connect(b, udpPair(b), cfg)
-			const size, depth = 64 << 10, 32
-			src := make([]byte, size*depth)
-			dst := make([]byte, size*depth)
-			smr, _ := s[0].pd.RegMR(src, qp.IBV_ACCESS_LOCAL_WRITE)
-			dmr, _ := s[1].pd.RegMR(dst, qp.IBV_ACCESS_LOCAL_WRITE|qp.IBV_ACCESS_REMOTE_WRITE)
-			wc := make([]qp.WC, 64)
-			ctx := context.Background()
-			b.SetBytes(size)
-			b.ReportAllocs()
-			start := time.Now()
-			posted, done := 0, 0
-			for done < b.N {
-				for posted < b.N && posted-done < depth {
-					off := (posted % depth) * size
-					if err := s[0].qp.PostSend(qp.SendWR{WRID: uint64(posted), Opcode: qp.IBV_WR_RDMA_WRITE,
-						SGEs: []qp.SGE{smr.SGE(off, size)}, RemoteAddr: dmr.VA + uint64(off), RKey: dmr.RKey}); err != nil {
-						b.Fatal(err)
-					}
-					posted++
-				}
-				n, err := s[0].cq.Wait(ctx, wc)
-				if err != nil {
-					b.Fatal(err)
-				}
-				for _, c := range wc[:n] {
-					if c.Status != qp.IBV_WC_SUCCESS {
-						b.Fatal(c.Status)
-					}
-				}
-				done += n
-			}
-			b.ReportMetric(float64(size)*float64(b.N)*8/time.Since(start).Seconds()/1e9, "Gb/s")
-			c := s[0].qp.Counters()
-			b.ReportMetric(float64(c.RetransmittedPkts)/float64(b.N), "retrans/op")
-		})
+		for _, v := range offloadVariants {
+			b.Run(fmt.Sprintf("64KiB/mtu%d/%s", mtu.Bytes(), v.name), func(b *testing.B) {
+				benchWriteBW(b, mtu, udpPairOpts(b, v.opts))
+			})
+		}
 	}
+}
+
+func benchWriteBW(b *testing.B, mtu qp.MTU, conns [2]Conn) {
+	cfg := defaultPair()
+	cfg.mtu = mtu
+	s := connect(b, conns, cfg)
+	const size, depth = 64 << 10, 32
+	src := make([]byte, size*depth)
+	dst := make([]byte, size*depth)
+	smr, _ := s[0].pd.RegMR(src, qp.IBV_ACCESS_LOCAL_WRITE)
+	dmr, _ := s[1].pd.RegMR(dst, qp.IBV_ACCESS_LOCAL_WRITE|qp.IBV_ACCESS_REMOTE_WRITE)
+	wc := make([]qp.WC, 64)
+	ctx := context.Background()
+	b.SetBytes(size)
+	b.ReportAllocs()
+	start := time.Now()
+	posted, done := 0, 0
+	for done < b.N {
+		for posted < b.N && posted-done < depth {
+			off := (posted % depth) * size
+			if err := s[0].qp.PostSend(qp.SendWR{WRID: uint64(posted), Opcode: qp.IBV_WR_RDMA_WRITE,
+				SGEs: []qp.SGE{smr.SGE(off, size)}, RemoteAddr: dmr.VA + uint64(off), RKey: dmr.RKey}); err != nil {
+				b.Fatal(err)
+			}
+			posted++
+		}
+		n, err := s[0].cq.Wait(ctx, wc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, c := range wc[:n] {
+			if c.Status != qp.IBV_WC_SUCCESS {
+				b.Fatal(c.Status)
+			}
+		}
+		done += n
+	}
+	b.ReportMetric(float64(size)*float64(b.N)*8/time.Since(start).Seconds()/1e9, "Gb/s")
+	c := s[0].qp.Counters()
+	b.ReportMetric(float64(c.RetransmittedPkts)/float64(b.N), "retrans/op")
+	reportOffloads(b, conns[0], conns[1])
 }
 
 // BenchmarkSendLatency measures SEND ping-pong over UDP on loopback: one op
@@ -125,73 +171,82 @@ func BenchmarkSendLatency(b *testing.B) {
 	<-echoDone
 }
 
-// BenchmarkRawUDP is the baseline for BenchmarkWriteBW: the same Conn,
-// datagrams of the size an RDMA WRITE packet has at each MTU (BTH, RETH on
-// some, payload, ICRC: MTU+32 bytes), the same batching and a window of
-// 128 datagrams in flight (the RC window), but no RoCE processing. One op
-// is 64 KiB of payload.
+// BenchmarkRawUDP is the baseline for BenchmarkWriteBW: the same Conn
+// with the same offloads (offloadVariants), datagrams of the size an RDMA
+// WRITE packet has at each MTU (BTH, RETH on some, payload, ICRC: MTU+32
+// bytes), the same batching and a window of 128 datagrams in flight (the
+// RC window), but no RoCE processing. One op is 64 KiB of payload.
 func BenchmarkRawUDP(b *testing.B) {
 	for _, mtu := range []int{1024, 4096} {
-		b.Run(fmt.Sprintf("64KiB/mtu%d", mtu), func(b *testing.B) {
-			conns := udpPair(b)
-			defer conns[0].Close()
-			defer conns[1].Close()
-			dgram := mtu + bth.BTHLen + bth.RETHLen + bth.ICRCLen
-			perOp := (64 << 10) / mtu
-			var received atomic.Int64
-			progress := make(chan struct{}, 1)
-			stop := make(chan struct{})
-			go func() {
-				ds := make([]Datagram, 64)
-				for i := range ds {
-					ds[i].Data = make([]byte, 0, 16<<10)
-				}
-				for {
-					n, err := conns[1].ReadBatch(ds)
-					if err != nil {
-						close(stop)
-						return
-					}
-					received.Add(int64(n))
-					select {
-					case progress <- struct{}{}:
-					default:
-					}
-				}
-			}()
-			batch := make([]Datagram, 32)
-			payload := make([]byte, dgram)
-			for i := range batch {
-				batch[i] = Datagram{Data: payload, Src: conns[0].LocalAddr(), Dst: conns[1].LocalAddr()}
-			}
-			b.SetBytes(64 << 10)
-			b.ReportAllocs()
-			start := time.Now()
-			total := int64(b.N * perOp)
-			var sent, lost int64
-			for sent < total {
-				// Stay within a 128-datagram window, as the RC requester
-				// does; datagrams the kernel dropped are written off after
-				// 5 ms without progress.
-				for sent-received.Load()-lost >= 128 {
-					select {
-					case <-progress:
-					case <-time.After(5 * time.Millisecond):
-						lost = sent - received.Load()
-					}
-				}
-				n := min(int64(len(batch)), total-sent, 128-(sent-received.Load()-lost))
-				if _, err := conns[0].WriteBatch(batch[:n]); err != nil {
-					b.Fatal(err)
-				}
-				sent += n
-			}
-			for deadline := time.Now().Add(5 * time.Millisecond); received.Load()+lost < total && time.Now().Before(deadline); {
-				time.Sleep(10 * time.Microsecond)
-			}
-			el := time.Since(start)
-			b.ReportMetric(float64(received.Load())*float64(mtu)*8/el.Seconds()/1e9, "Gb/s")
-			b.ReportMetric(float64(total-received.Load())/float64(total), "lost")
-		})
+		for _, v := range offloadVariants {
+			b.Run(fmt.Sprintf("64KiB/mtu%d/%s", mtu, v.name), func(b *testing.B) {
+				benchRawUDP(b, mtu, udpPairOpts(b, v.opts))
+			})
+		}
 	}
+}
+
+func benchRawUDP(b *testing.B, mtu int, conns [2]Conn) {
+	defer conns[0].Close()
+	defer conns[1].Close()
+	dgram := mtu + bth.BTHLen + bth.RETHLen + bth.ICRCLen
+	perOp := (64 << 10) / mtu
+	var received atomic.Int64
+	progress := make(chan struct{}, 1)
+	stop := make(chan struct{})
+	go func() {
+		ds := make([]Datagram, 64)
+		for i := range ds {
+			ds[i].Data = make([]byte, 0, 16<<10)
+		}
+		for {
+			n, err := conns[1].ReadBatch(ds)
+			if err != nil {
+				close(stop)
+				return
+			}
+			received.Add(int64(n))
+			select {
+			case progress <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	batch := make([]Datagram, 32)
+	payload := make([]byte, dgram)
+	for i := range batch {
+		batch[i] = Datagram{Data: payload, Src: conns[0].LocalAddr(), Dst: conns[1].LocalAddr()}
+	}
+	b.SetBytes(64 << 10)
+	b.ReportAllocs()
+	start := time.Now()
+	total := int64(b.N * perOp)
+	var sent, lost int64
+	wait := time.NewTimer(time.Hour) // reused: time.After would allocate per wait
+	defer wait.Stop()
+	for sent < total {
+		// Stay within a 128-datagram window, as the RC requester
+		// does; datagrams the kernel dropped are written off after
+		// 5 ms without progress.
+		for sent-received.Load()-lost >= 128 {
+			wait.Reset(5 * time.Millisecond)
+			select {
+			case <-progress:
+			case <-wait.C:
+				lost = sent - received.Load()
+			}
+		}
+		n := min(int64(len(batch)), total-sent, 128-(sent-received.Load()-lost))
+		if _, err := conns[0].WriteBatch(batch[:n]); err != nil {
+			b.Fatal(err)
+		}
+		sent += n
+	}
+	for deadline := time.Now().Add(5 * time.Millisecond); received.Load()+lost < total && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Microsecond)
+	}
+	el := time.Since(start)
+	b.ReportMetric(float64(received.Load())*float64(mtu)*8/el.Seconds()/1e9, "Gb/s")
+	b.ReportMetric(float64(total-received.Load())/float64(total), "lost")
+	reportOffloads(b, conns[0], conns[1])
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"reflect"
 	"sync"
 	"time"
 
@@ -49,7 +50,7 @@ const (
 	// Remote.SourcePort announced, or else the port of the first packet
 	// from the remote address after the QP reached RTR (re-learnt after
 	// the address vector or destination QPN changes). A CNP may also come
-	// from port 0, as ConnectX sends them (ROCEV2.md section 2), a port no
+	// from port 0, as ConnectX sends them (docs/wire-format.md section 2), a port no
 	// unprivileged process can send from. Packets from another port are
 	// dropped before the QP sees them and counted in
 	// Stats.BadSourcePort (Stats.BadSourcePortCNP for CNPs). RoCEv2 peers
@@ -89,7 +90,27 @@ type Options struct {
 	// ECT(0), as ConnectX sends them (TOS 0xC2 for DSCP 48).
 	DSCP   uint8
 	NotECT bool
+	// SendBatch is the most datagrams the Endpoint encodes before it
+	// hands them to the Conn; 0 means 64. With the path MTU it bounds the
+	// send path's memory (64 datagrams of a 4096-byte MTU: about 270 KB)
+	// whatever the peers ask for: a READ response of any length goes out
+	// a batch at a time, as the Conn takes it, from the memory region,
+	// and the Endpoint's lock is not held while the Conn writes.
+	SendBatch int
 }
+
+// DefaultSendBatch is Options.SendBatch's default.
+const DefaultSendBatch = 64
+
+// sendQuota is how many packets one QP adds to a batch before the next
+// QP's turn: a QP with a long READ response to send does not hold back
+// the others.
+const sendQuota = 16
+
+// closeDrainBatches bounds what Close sends of what the QPs still have
+// queued: 1024 batches (64 Ki packets by default), so that a peer that
+// keeps asking cannot hold Close.
+const closeDrainBatches = 1024
 
 // Stats are an Endpoint's counts of packets no QP saw. Received and Sent
 // count what the Endpoint read from and handed to its Conn: with
@@ -115,6 +136,30 @@ type Stats struct {
 	CMRejects uint64 `json:"rx_cm_req_rejected"`
 	CMDREPs   uint64 `json:"rx_cm_dreq_answered"`
 	CMDropped uint64 `json:"rx_cm_dropped"`
+	// EncodeErrors counts packets a QP handed out that could not be
+	// encoded (an address vector of mixed IP versions), dropped.
+	EncodeErrors uint64 `json:"tx_encode_errors"`
+}
+
+// Drops returns the Endpoint's counters of datagrams it dropped or could
+// not send, each cause its own counter (every Stats field but
+// rx_datagrams, tx_datagrams, rx_cnps and rx_cm_dreq_answered), by JSON
+// name in field order,
+// leaving out those at zero.
+func (s Stats) Drops() []qp.Count {
+	var out []qp.Count
+	v := reflect.ValueOf(s)
+	for i := range v.NumField() {
+		name := v.Type().Field(i).Tag.Get("json")
+		switch name {
+		case "rx_datagrams", "tx_datagrams", "rx_cnps", "rx_cm_dreq_answered":
+			continue
+		}
+		if n := v.Field(i).Uint(); n != 0 {
+			out = append(out, qp.Count{Name: name, Value: n})
+		}
+	}
+	return out
 }
 
 // Endpoint runs queue pairs on one Conn: it reads datagrams, hands them to
@@ -129,6 +174,20 @@ type Endpoint struct {
 	clock Clock
 	// onNetwork: conn is (or wraps) a Conn of an in-memory Network.
 	onNetwork bool
+
+	// One batch is written at a time, by whoever set sending: flushLocked
+	// inline, or sendLoop for what one batch could not take. The writer
+	// owns arena and batch and writes with mu released; pending says
+	// that packets were queued meanwhile. sendLoop runs only while there
+	// is more to send (senderOn), and Close waits for it (senders).
+	sending  bool
+	pending  bool
+	senderOn bool
+	senders  sync.WaitGroup
+	sendIdle sync.Cond // broadcast when a batch has been written (L is &mu)
+	closing  bool      // Close is sending what was queued
+	sendFn   func()    // sendLoop as a func value: go sendFn() allocates nothing
+	rr       int       // where in order the next batch starts
 
 	mu      sync.Mutex
 	qps     map[uint32]*QP
@@ -155,8 +214,13 @@ func NewEndpoint(conn Conn, opts Options) *Endpoint {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if opts.SendBatch <= 0 {
+		opts.SendBatch = DefaultSendBatch
+	}
 	ep := &Endpoint{conn: conn, opts: opts, log: log, clock: clockOr(opts.Clock), qps: map[uint32]*QP{}, dev: qp.NewDevice(), done: make(chan struct{})}
 	_, ep.onNetwork = innermost(conn).(*memConn)
+	ep.sendFn = ep.sendLoop
+	ep.sendIdle.L = &ep.mu
 	go ep.readLoop()
 	return ep
 }
@@ -175,9 +239,21 @@ func (ep *Endpoint) Stats() Stats {
 // reading it ends before Close returns.
 func (ep *Endpoint) Close() error {
 	ep.mu.Lock()
-	if ep.closed {
+	if ep.closed || ep.closing {
 		ep.mu.Unlock()
 		return nil
+	}
+	// What the QPs queued before Close goes out first (the last ACK of a
+	// run whose completion the application saw, say): wait for the batch
+	// being written, then write what is left, up to closeDrainBatches.
+	ep.closing = true
+	for range closeDrainBatches {
+		for ep.sending {
+			ep.sendIdle.Wait()
+		}
+		if !ep.sendBatchLocked(ep.clock.Now()) {
+			break
+		}
 	}
 	ep.closed = true
 	if ep.timer != nil {
@@ -189,6 +265,7 @@ func (ep *Endpoint) Close() error {
 	ep.mu.Unlock()
 	err := ep.conn.Close()
 	<-ep.done
+	ep.senders.Wait()
 	return err
 }
 
@@ -316,53 +393,138 @@ func (w *QP) fromPeerPort(src netip.AddrPort, cnp bool) bool {
 	return false
 }
 
-// flushLocked sends everything the QPs have to send, signals CQs that got
-// completions and re-arms the timer.
+// flushLocked sends what the QPs have to send, signals CQs that got
+// completions and re-arms the timer. It writes one batch itself, with
+// ep.mu released while the Conn writes (it returns with ep.mu held), and
+// leaves the rest to sendLoop; while another batch is being written it
+// leaves its packets to that batch's writer.
 func (ep *Endpoint) flushLocked(now time.Time) {
 	if ep.closed {
 		return
 	}
-	ep.arena = ep.arena[:0]
-	ep.batch = ep.batch[:0]
-	for _, q := range ep.order {
-		ud := q.q.Type() == qp.IBV_QPT_UD
-		for q.q.NextPacket(now, &ep.pkt) {
-			if ud {
-				// A UD packet goes where its work request's address
-				// handle says.
-				q.setEncap(q.q.SentTo())
-			}
-			start := len(ep.arena)
-			var err error
-			ep.arena, err = ep.pkt.Append(ep.arena, &q.encap)
-			if err != nil {
-				ep.log.Error("cannot encode packet", "qpn", q.q.QPN, "err", err)
-				continue
-			}
-			d := Datagram{Data: ep.arena[start:len(ep.arena):len(ep.arena)], Src: q.src, Dst: q.dst,
-				TOS: q.encap.TrafficClass, TTL: q.encap.HopLimit}
-			if ep.pkt.BTH.Opcode == bth.CNP {
-				d.TOS = q.cnpTOS
-			}
-			ep.batch = append(ep.batch, d)
-		}
+	if ep.sending {
+		ep.pending = true
+	} else if ep.sendBatchLocked(now) && !ep.senderOn && !ep.closed {
+		ep.senderOn = true
+		ep.senders.Add(1)
+		go ep.sendFn()
 	}
-	ep.appendGSILocked()
-	if len(ep.batch) > 0 {
-		n, err := ep.conn.WriteBatch(ep.batch)
-		ep.stats.Sent += uint64(n)
-		if err != nil {
-			ep.stats.SendErrors += uint64(len(ep.batch) - n)
-			ep.log.Warn("send failed", "err", err)
-		}
-		clear(ep.batch) // the arena is reused; drop the slices into it
-	}
+	ep.signalLocked()
+	ep.armLocked()
+}
+
+// signalLocked wakes the waiters of CQs that hold completions.
+func (ep *Endpoint) signalLocked() {
 	for _, c := range ep.cqs {
 		if c.cq.Len() > 0 {
 			c.signal()
 		}
 	}
-	ep.armLocked()
+}
+
+// sendLoop writes, a batch at a time, what flushLocked's batch could not
+// take, until the QPs have nothing more to send, and ends.
+func (ep *Endpoint) sendLoop() {
+	defer ep.senders.Done()
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	for !ep.closed {
+		if ep.sending {
+			// Another writer: it goes on, or starts this loop again.
+			ep.pending = true
+			break
+		}
+		more := ep.sendBatchLocked(ep.clock.Now())
+		if ep.closed {
+			break
+		}
+		ep.signalLocked()
+		ep.armLocked()
+		if !more {
+			break
+		}
+	}
+	ep.senderOn = false
+}
+
+// sendBatchLocked encodes up to Options.SendBatch packets, taking up to
+// sendQuota from each QP in turn, and writes them with ep.mu released.
+// It reports whether packets may be left: the batch was full, or some
+// were queued while it was written.
+func (ep *Endpoint) sendBatchLocked(now time.Time) bool {
+	ep.arena = ep.arena[:0]
+	ep.batch = ep.batch[:0]
+	full := ep.collectLocked(now)
+	ep.appendGSILocked() // a few CM answers at most (gsiQueueLen)
+	if len(ep.batch) == 0 {
+		return false
+	}
+	ep.sending, ep.pending = true, false
+	ep.mu.Unlock()
+	n, err := ep.conn.WriteBatch(ep.batch)
+	ep.mu.Lock()
+	ep.sending = false
+	ep.sendIdle.Broadcast()
+	ep.stats.Sent += uint64(n)
+	if err != nil {
+		ep.stats.SendErrors += uint64(len(ep.batch) - n)
+		if !ep.closed || !errors.Is(err, net.ErrClosed) {
+			ep.log.Warn("send failed", "err", err)
+		}
+	}
+	clear(ep.batch) // the arena is reused; drop the slices into it
+	more := full || ep.pending
+	ep.pending = false
+	return more
+}
+
+// collectLocked fills ep.batch from the QPs, round robin from ep.rr, and
+// reports whether it stopped because the batch was full.
+func (ep *Endpoint) collectLocked(now time.Time) bool {
+	nq := len(ep.order)
+	if nq == 0 {
+		return false
+	}
+	start := ep.rr % nq
+	ep.rr = start + 1
+	for {
+		progress := false
+		for k := range nq {
+			q := ep.order[(start+k)%nq]
+			ud := q.q.Type() == qp.IBV_QPT_UD
+			for range sendQuota {
+				if len(ep.batch) == ep.opts.SendBatch {
+					return true
+				}
+				if !q.q.NextPacket(now, &ep.pkt) {
+					break
+				}
+				progress = true
+				if ud {
+					// A UD packet goes where its work request's address
+					// handle says.
+					q.setEncap(q.q.SentTo())
+				}
+				start := len(ep.arena)
+				var err error
+				ep.arena, err = ep.pkt.Append(ep.arena, &q.encap)
+				if err != nil {
+					ep.stats.EncodeErrors++
+					ep.log.Error("cannot encode packet", "qpn", q.q.QPN, "err", err)
+					continue
+				}
+				d := Datagram{Data: ep.arena[start:len(ep.arena):len(ep.arena)], Src: q.src, Dst: q.dst,
+					TOS: q.encap.TrafficClass, TTL: q.encap.HopLimit}
+				if ep.pkt.BTH.Opcode == bth.CNP {
+					d.TOS = q.cnpTOS
+				}
+				ep.batch = append(ep.batch, d)
+			}
+		}
+		if !progress {
+			return false
+		}
+	}
 }
 
 // armLocked sets the timer to the earliest QP deadline.
@@ -604,6 +766,14 @@ func (w *QP) Counters() qp.Counters {
 	w.ep.mu.Lock()
 	defer w.ep.mu.Unlock()
 	return w.q.Counters
+}
+
+// Err returns why the QP is in IBV_QPS_ERR (a *qp.QPError; see
+// qp.QP.Err), or nil in another state.
+func (w *QP) Err() error {
+	w.ep.mu.Lock()
+	defer w.ep.mu.Unlock()
+	return w.q.Err()
 }
 
 // CCState returns the QP's DCQCN rate and alpha (see qp.QP.CCState).

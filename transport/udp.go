@@ -9,8 +9,8 @@ import (
 
 // UDPOptions configure a UDP Conn (ListenUDP). On Linux every option
 // applies; the portable Conn of other systems sets TOS, TTL and
-// SocketBuffer on its sockets and ignores BatchSize and
-// ComputeUDPChecksum (see its BUG note).
+// SocketBuffer on its sockets and ignores BatchSize, ComputeUDPChecksum,
+// NoGSO and NoGRO (see its BUG note).
 type UDPOptions struct {
 	// TOS is the IPv4 TOS / IPv6 traffic class set on the sockets
 	// (DSCP<<2 | ECN). On Linux every datagram sent carries its own
@@ -36,6 +36,54 @@ type UDPOptions struct {
 	// (UDP_NO_CHECK6_RX), which a stock Linux UDP/IPv6 socket drops and
 	// counts in Udp6InErrors.
 	ComputeUDPChecksum bool
+	// NoGSO turns off UDP generic segmentation offload on send (Linux
+	// 4.18+, UDP_SEGMENT; quic-go's and wireguard-go's Linux conns are the
+	// models). With it on, WriteBatch sends a run of consecutive datagrams
+	// to one destination with one TOS and TTL and one size (the last may
+	// be shorter), at most 64 datagrams and 65507 bytes, as one message
+	// the kernel cuts into those datagrams. It needs ComputeUDPChecksum:
+	// the kernel refuses UDP_SEGMENT on a socket that sends checksum 0
+	// (EINVAL), so with checksum 0 (the default) GSO stays off. Over IPv4
+	// only datagrams to a loopback address are segmented: on a real link
+	// the segments get IP IDs 0, 1, 2, ... (net/ipv4/af_inet.c,
+	// inet_gso_segment), which the ICRC covers, so rxe would drop all but
+	// the first; IPv6 has no IP ID. Where the kernel refuses a segmented
+	// send anyway (EIO without checksum offload on the route) the Conn
+	// sends those datagrams one by one and turns GSO off for good;
+	// Offloads tells. docs/sockets.md has the measurements.
+	NoGSO bool
+	// NoGRO turns off UDP generic receive offload (Linux 5.0+, UDP_GRO).
+	// With it on, the kernel may hand the receive socket datagrams of one
+	// source coalesced, up to 64 KiB (on loopback: every segmented send);
+	// ReadBatch splits them again by the segment size the kernel reports.
+	// Reads then land in BatchSize buffers of 64 KiB owned by the Conn
+	// and are copied into the callers' buffers.
+	NoGRO bool
+}
+
+// UDPOffloads says which kernel offloads a UDP Conn uses (Offloads).
+type UDPOffloads struct {
+	// GSO and GRO say the offload is on; GSOOff and GROOff say why not
+	// (the option, the checksum, the kernel's refusal).
+	GSO, GRO       bool
+	GSOOff, GROOff string
+	// GSOSends counts the messages sent with UDP_SEGMENT, GSOSegments
+	// the datagrams they carried.
+	GSOSends, GSOSegments uint64
+	// GROReads counts the coalesced datagrams received, GROSegments the
+	// datagrams split from them.
+	GROReads, GROSegments uint64
+}
+
+// Offloads reports the kernel offloads of the UDP Conn c, or of the UDP
+// Conn that c wraps (WithFaults, WithObserver); ok is false when there is
+// none, or it is the portable Conn, which has no offloads.
+func Offloads(c Conn) (o UDPOffloads, ok bool) {
+	u, ok := innermost(c).(interface{ Offloads() UDPOffloads })
+	if !ok {
+		return UDPOffloads{}, false
+	}
+	return u.Offloads(), true
 }
 
 // listenAddr applies the defaults of ListenUDP to addr and opts, and

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -51,9 +52,28 @@ type udpConn struct {
 	wiov    []unix.Iovec
 	wnames  []unix.RawSockaddrInet6
 	woob    []byte
-	wk, wn  int // messages to send and sent by sendmmsg
+	wcount  []int // datagrams in each message
+	wk, wn  int   // messages to send and sent by sendmmsg
 	werrno  syscall.Errno
 	zoneIDs map[string]uint32 // interface index by zone name
+
+	// GRO: recvmmsg lands in gbufs (64 KiB each, coalesced datagrams
+	// whole); ReadBatch hands the segments out, message gm from offset
+	// goff on, of the gn read.
+	gro          bool
+	gbufs        [][]byte
+	gm, gn, goff int
+	gseg         int // segment size of message gm (its length if not coalesced)
+
+	gso         atomic.Bool
+	gsoErrno    syscall.Errno
+	gsoSends    atomic.Uint64
+	gsoSegments atomic.Uint64
+	groReads    atomic.Uint64
+	groSegments atomic.Uint64
+	offMu       sync.Mutex
+	gsoOff      string // why GSO is off, guarded by offMu
+	groOff      string
 }
 
 // mmsghdr is struct mmsghdr of recvmmsg(2) and sendmmsg(2).
@@ -63,11 +83,16 @@ type mmsghdr struct {
 }
 
 // oobLen is the control message room of one received datagram (one
-// IP_TOS or IPV6_TCLASS message), and woobLen of one sent (TOS and TTL).
+// IP_TOS or IPV6_TCLASS message, one UDP_GRO), and woobLen of one sent
+// (TOS, TTL, UDP_SEGMENT).
 var (
 	oobLen  = 64
-	woobLen = 2 * unix.CmsgSpace(4)
+	woobLen = 2*unix.CmsgSpace(4) + unix.CmsgSpace(2)
 )
+
+// groBufLen is the size of one GRO landing buffer: the largest UDP
+// payload, which bounds a coalesced datagram.
+const groBufLen = 1 << 16
 
 type sender struct {
 	c   *net.UDPConn
@@ -94,7 +119,61 @@ func ListenUDP(addr netip.AddrPort, opts UDPOptions) (Conn, error) {
 	c.roob, c.rspare = make([]byte, k*oobLen), make([][]byte, k)
 	c.readFn, c.writeFn = c.recvmmsg, c.sendmmsg
 	c.zoneIDs = map[string]uint32{}
+	c.initOffloads(s)
 	return c, nil
+}
+
+// initOffloads turns on GSO and GRO as far as the options and the kernel
+// allow, and records why either stays off.
+func (c *udpConn) initOffloads(s *sender) {
+	var segErr, groErr error
+	s.raw.Control(func(fd uintptr) {
+		// getsockopt(UDP_SEGMENT) answers on kernels with UDP GSO (4.18+).
+		_, segErr = unix.GetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_SEGMENT)
+		if !c.opts.NoGRO {
+			groErr = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_GRO, 1)
+		}
+	})
+	switch {
+	case c.opts.NoGSO:
+		c.gsoOff = "UDPOptions.NoGSO"
+	case !c.opts.ComputeUDPChecksum:
+		// The kernel refuses UDP_SEGMENT on a socket that sends checksum 0
+		// (udp_send_skb and udp_v6_send_skb: EINVAL with sk_no_check_tx).
+		c.gsoOff = "UDP checksum 0 (ComputeUDPChecksum off): the kernel refuses GSO without a checksum"
+	case segErr != nil:
+		c.gsoOff = fmt.Sprintf("no UDP_SEGMENT in this kernel: %v", segErr)
+	default:
+		c.gso.Store(true)
+	}
+	switch {
+	case c.opts.NoGRO:
+		c.groOff = "UDPOptions.NoGRO"
+	case groErr != nil:
+		c.groOff = fmt.Sprintf("no UDP_GRO in this kernel: %v", groErr)
+	default:
+		c.gro = true
+	}
+}
+
+func (c *udpConn) setGSOOff(why string) {
+	c.offMu.Lock()
+	c.gsoOff = why
+	c.offMu.Unlock()
+}
+
+// Offloads reports which offloads the Conn uses, why one is off, and
+// how much they carried.
+func (c *udpConn) Offloads() UDPOffloads {
+	c.offMu.Lock()
+	defer c.offMu.Unlock()
+	o := UDPOffloads{GSO: c.gso.Load(), GRO: c.gro, GSOSends: c.gsoSends.Load(), GSOSegments: c.gsoSegments.Load(),
+		GROReads: c.groReads.Load(), GROSegments: c.groSegments.Load()}
+	if !o.GSO {
+		o.GSOOff = c.gsoOff
+	}
+	o.GROOff = c.groOff
+	return o
 }
 
 func (c *udpConn) open(port uint16, recv bool) (*sender, error) {
@@ -196,12 +275,23 @@ func (c *udpConn) Close() error {
 // recvmmsg, each into ds[i].Data's capacity; a slot with no capacity is
 // read into a buffer of the Conn's own and copied. A datagram larger than
 // its buffer is handed on empty (a reader counts it as malformed).
+//
+// With GRO on (UDPOptions.NoGRO), recvmmsg reads into the Conn's own
+// buffers (BatchSize of 64 KiB, allocated at the first read), where the
+// kernel may have coalesced datagrams of one source and TOS; ReadBatch
+// splits each by the segment size the UDP_GRO control message gives and
+// copies the segments into ds, each with that source and TOS. Segments
+// that do not fit in ds are handed out by the next call, before any new
+// read.
 func (c *udpConn) ReadBatch(ds []Datagram) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	k := min(len(ds), len(c.rhdrs))
 	if k == 0 {
 		return 0, nil
+	}
+	if c.gro {
+		return c.readGRO(ds)
 	}
 	for i := range k {
 		buf := ds[i].Data[:cap(ds[i].Data)]
@@ -247,6 +337,98 @@ func (c *udpConn) ReadBatch(ds []Datagram) (int, error) {
 		d.TOS, d.TOSKnown = parseTOS(c.roob[i*oobLen : i*oobLen+int(h.hdr.Controllen)])
 	}
 	return c.rn, nil
+}
+
+// readGRO is ReadBatch with GRO on: segments left from the last read
+// first, else one recvmmsg into the GRO buffers.
+func (c *udpConn) readGRO(ds []Datagram) (int, error) {
+	if c.gm >= c.gn {
+		if c.gbufs == nil {
+			// On first use: a Conn that only sends never needs them.
+			slab := make([]byte, c.opts.BatchSize*groBufLen)
+			c.gbufs = make([][]byte, len(slab)/groBufLen)
+			for i := range c.gbufs {
+				c.gbufs[i] = slab[i*groBufLen : (i+1)*groBufLen : (i+1)*groBufLen]
+			}
+		}
+		k := min(len(ds), len(c.gbufs))
+		for i := range k {
+			c.riov[i].Base = &c.gbufs[i][0]
+			c.riov[i].SetLen(groBufLen)
+			h := &c.rhdrs[i]
+			h.hdr = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&c.rnames[i])), Namelen: unix.SizeofSockaddrInet6,
+				Iov: &c.riov[i], Control: &c.roob[i*oobLen]}
+			h.hdr.SetIovlen(1)
+			h.hdr.SetControllen(oobLen)
+			h.n = 0
+		}
+		c.rk = k
+		if err := c.main.raw.Read(c.readFn); err != nil {
+			return 0, err
+		}
+		if c.rerrno != 0 {
+			return 0, os.NewSyscallError("recvmmsg", c.rerrno)
+		}
+		c.gm, c.gn, c.goff = 0, c.rn, 0
+	}
+	filled := 0
+	for filled < len(ds) && c.gm < c.gn {
+		h := &c.rhdrs[c.gm]
+		n := int(h.n)
+		oob := c.roob[c.gm*oobLen : c.gm*oobLen+int(h.hdr.Controllen)]
+		if c.goff == 0 {
+			c.gseg = n
+			if seg, ok := parseGRO(oob); ok && seg > 0 && seg < n {
+				c.gseg = seg
+				c.groReads.Add(1)
+				c.groSegments.Add(uint64((n + seg - 1) / seg))
+			}
+		}
+		d := &ds[filled]
+		seg := c.gbufs[c.gm][c.goff:min(c.goff+c.gseg, n)]
+		switch {
+		case h.hdr.Flags&unix.MSG_TRUNC != 0:
+			// Larger than the GRO buffer, hence than any UDP payload:
+			// handed on empty, counted as malformed.
+			d.Data = d.Data[:0]
+			seg = seg[:0]
+			c.goff = n
+		case cap(d.Data) == 0:
+			d.Data = append(d.Data[:0], seg...)
+		case len(seg) > cap(d.Data):
+			d.Data = d.Data[:0] // too large for the slot: handed on empty, counted as malformed
+		default:
+			d.Data = append(d.Data[:0], seg...)
+		}
+		c.goff += len(seg)
+		d.Src = sockaddrAddrPort(&c.rnames[c.gm])
+		d.Dst = c.local
+		d.TTL = 0
+		d.TOS, d.TOSKnown = parseTOS(oob)
+		filled++
+		if c.goff >= n {
+			c.gm, c.goff = c.gm+1, 0
+		}
+	}
+	return filled, nil
+}
+
+// parseGRO finds the UDP_GRO control message (an int: the segment size
+// of a coalesced datagram), checking every length against the buffer.
+func parseGRO(oob []byte) (int, bool) {
+	for len(oob) >= unix.SizeofCmsghdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		l := int(h.Len)
+		if l < unix.SizeofCmsghdr || l > len(oob) {
+			return 0, false
+		}
+		data := oob[unix.CmsgLen(0):l]
+		if h.Level == unix.SOL_UDP && h.Type == unix.UDP_GRO && len(data) >= 4 {
+			return int(int32(binary.NativeEndian.Uint32(data))), true
+		}
+		oob = oob[min(unix.CmsgSpace(l-unix.CmsgLen(0)), len(oob)):]
+	}
+	return 0, false
 }
 
 // recvmmsg is the RawConn read function: false asks to wait until the
@@ -311,9 +493,10 @@ func parseTOS(oob []byte) (uint8, bool) {
 	return 0, false
 }
 
-// cmsgs writes into b (2*CmsgSpace(4) bytes) the control messages that
-// set one datagram's TOS / traffic class and TTL / hop limit.
-func (c *udpConn) cmsgs(b []byte, tos, ttl uint8) {
+// cmsgs writes into b (woobLen bytes) the control messages that set one
+// message's TOS / traffic class and TTL / hop limit, and with seg > 0 its
+// GSO segment size (UDP_SEGMENT), and returns their length.
+func (c *udpConn) cmsgs(b []byte, tos, ttl uint8, seg int) int {
 	level, tosType, ttlType := unix.IPPROTO_IP, unix.IP_TOS, unix.IP_TTL
 	if c.v6 {
 		level, tosType, ttlType = unix.IPPROTO_IPV6, unix.IPV6_TCLASS, unix.IPV6_HOPLIMIT
@@ -331,18 +514,32 @@ func (c *udpConn) cmsgs(b []byte, tos, ttl uint8) {
 		h.SetLen(unix.CmsgLen(4))
 		binary.NativeEndian.PutUint32(m[unix.CmsgLen(0):], uint32(x.v))
 	}
+	if seg == 0 {
+		return 2 * space
+	}
+	m := b[2*space:]
+	h := (*unix.Cmsghdr)(unsafePointer(m))
+	h.Level = unix.SOL_UDP
+	h.Type = unix.UDP_SEGMENT
+	h.SetLen(unix.CmsgLen(2))
+	binary.NativeEndian.PutUint16(m[unix.CmsgLen(0):], uint16(seg))
+	return 2*space + unix.CmsgSpace(2)
 }
 
 // WriteBatch sends ds in order with sendmmsg, each run of datagrams from
 // one source port from that port's socket (the receive socket when the
-// port has none), each datagram with its own TOS and TTL.
+// port has none), each datagram with its own TOS and TTL. With GSO on
+// (UDPOptions.NoGSO), consecutive datagrams to one destination with one
+// size (the last may be shorter), TOS and TTL leave as one message with a
+// UDP_SEGMENT control message (gsoRun says how many). The count returned
+// is of datagrams.
 func (c *udpConn) WriteBatch(ds []Datagram) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if len(ds) > len(c.whdrs) {
 		k := max(len(ds), 64)
 		c.whdrs, c.wiov, c.wnames = make([]mmsghdr, k), make([]unix.Iovec, k), make([]unix.RawSockaddrInet6, k)
-		c.woob = make([]byte, k*woobLen)
+		c.woob, c.wcount = make([]byte, k*woobLen), make([]int, k)
 	}
 	sent := 0
 	for sent < len(ds) {
@@ -358,47 +555,142 @@ func (c *udpConn) WriteBatch(ds []Datagram) (int, error) {
 			s = c.main
 		}
 		c.mu.Unlock()
-		for i := range end - sent {
-			d := &ds[sent+i]
-			ttl := d.TTL
-			if ttl == 0 {
-				ttl = c.opts.TTL
+		gso := c.gso.Load()
+		n, refused, err := c.sendRun(s, ds[sent:end], gso)
+		sent += n
+		if refused > 0 {
+			// The kernel refused a UDP_SEGMENT message (EIO: no checksum
+			// offload on the route; EINVAL: a segment over the MTU, or
+			// GSO refused outright). Its datagrams go again one by one:
+			// if they leave, GSO was at fault and stays off for good.
+			var n2 int
+			n2, _, err = c.sendRun(s, ds[sent:end], false)
+			if n2 >= refused {
+				c.gso.Store(false)
+				c.setGSOOff(fmt.Sprintf("the kernel refused a UDP_SEGMENT send: %v", c.gsoErrno))
 			}
-			oob := c.woob[i*woobLen : (i+1)*woobLen]
-			c.cmsgs(oob, d.TOS, ttl)
-			namelen, err := c.sockaddr(&c.wnames[i], d.Dst)
-			if err != nil {
-				return sent, err
-			}
-			c.wiov[i].Base = nil
-			if len(d.Data) > 0 {
-				c.wiov[i].Base = &d.Data[0]
-			}
-			c.wiov[i].SetLen(len(d.Data))
-			h := &c.whdrs[i]
-			h.hdr = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&c.wnames[i])), Namelen: namelen, Iov: &c.wiov[i], Control: &oob[0]}
-			h.hdr.SetIovlen(1)
-			h.hdr.SetControllen(woobLen)
-			h.n = 0
-		}
-		c.wk, c.wn, c.werrno = end-sent, 0, 0
-		err := s.raw.Write(c.writeFn)
-		// Drop the references to the caller's buffers.
-		for i := range end - sent {
-			c.wiov[i].Base = nil
-		}
-		if err == nil && c.werrno != 0 {
-			err = os.NewSyscallError("sendmmsg", c.werrno)
-			if c.werrno == unix.EMSGSIZE {
-				err = fmt.Errorf("%w: %w", ErrTooBig, err)
-			}
+			sent += n2
 		}
 		if err != nil {
-			return sent + c.wn, err
+			return sent, err
 		}
-		sent = end
 	}
 	return sent, nil
+}
+
+// maxGSOSegments and maxGSOBytes bound one UDP_SEGMENT send: the kernel
+// takes at most UDP_MAX_SEGMENTS (64) segments, and the payload of the
+// whole must fit one IPv4 UDP datagram (65535 - 20 - 8 bytes).
+const (
+	maxGSOSegments = 64
+	maxGSOBytes    = 65535 - 20 - 8
+)
+
+// gsoSafe says whether datagrams to dst may be sent segmented. Not over
+// IPv4 except on loopback: where the kernel (or the NIC) cuts a segmented
+// IPv4 send on a real link, it numbers the segments' IP IDs from the
+// first one's (0 with DF) up (inet_gso_segment in net/ipv4/af_inet.c:
+// iph->id = htons(id++); fixed IDs exist for TCP only), and the ICRC
+// covers the IP ID (ROCEV2.md section 3), so a peer that verifies it, as
+// rxe does, would drop every segment but the first. Loopback carries the
+// segmented send whole to the receiving socket, which never sees an IP
+// header. IPv6 has no IP ID: its segments are the datagrams sent one by
+// one would be, but for the UDP checksum.
+func gsoSafe(dst netip.Addr) bool {
+	a := dst.Unmap()
+	return !a.Is4() || a.IsLoopback()
+}
+
+// gsoRun returns how many datagrams from ds[0] can leave in one
+// UDP_SEGMENT send: same destination, TOS and TTL, the size of ds[0],
+// except that the last may be shorter.
+func gsoRun(ds []Datagram) int {
+	size := len(ds[0].Data)
+	if size == 0 {
+		return 1
+	}
+	total, n := size, 1
+	for n < len(ds) && n < maxGSOSegments {
+		d := &ds[n]
+		l := len(d.Data)
+		if l == 0 || l > size || total+l > maxGSOBytes || d.Dst != ds[0].Dst || d.TOS != ds[0].TOS || d.TTL != ds[0].TTL {
+			break
+		}
+		total += l
+		n++
+		if l < size {
+			break
+		}
+	}
+	return n
+}
+
+// sendRun sends ds, all from socket s, with one sendmmsg (more when the
+// socket's buffer is full). It returns the datagrams sent and, when the
+// kernel refused a UDP_SEGMENT message with EIO or EINVAL, the number of
+// datagrams that message held (the ones after it are not sent).
+func (c *udpConn) sendRun(s *sender, ds []Datagram, gso bool) (sent, refused int, err error) {
+	m := 0
+	for i := 0; i < len(ds); m++ {
+		k := 1
+		d := &ds[i]
+		if gso && gsoSafe(d.Dst.Addr()) {
+			k = gsoRun(ds[i:])
+		}
+		ttl := d.TTL
+		if ttl == 0 {
+			ttl = c.opts.TTL
+		}
+		oob := c.woob[m*woobLen : (m+1)*woobLen]
+		seg := 0
+		if k > 1 {
+			seg = len(d.Data)
+		}
+		oobLen := c.cmsgs(oob, d.TOS, ttl, seg)
+		namelen, err := c.sockaddr(&c.wnames[m], d.Dst)
+		if err != nil {
+			return 0, 0, err
+		}
+		for j := range k {
+			v := &c.wiov[i+j]
+			v.Base = nil
+			if b := ds[i+j].Data; len(b) > 0 {
+				v.Base = &b[0]
+			}
+			v.SetLen(len(ds[i+j].Data))
+		}
+		h := &c.whdrs[m]
+		h.hdr = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&c.wnames[m])), Namelen: namelen, Iov: &c.wiov[i], Control: &oob[0]}
+		h.hdr.SetIovlen(k)
+		h.hdr.SetControllen(oobLen)
+		h.n = 0
+		c.wcount[m] = k
+		i += k
+	}
+	c.wk, c.wn, c.werrno = m, 0, 0
+	err = s.raw.Write(c.writeFn)
+	// Drop the references to the caller's buffers.
+	for i := range ds {
+		c.wiov[i].Base = nil
+	}
+	for _, k := range c.wcount[:c.wn] {
+		sent += k
+		if k > 1 {
+			c.gsoSends.Add(1)
+			c.gsoSegments.Add(uint64(k))
+		}
+	}
+	if err == nil && c.werrno != 0 {
+		if k := c.wcount[c.wn]; k > 1 && (c.werrno == unix.EIO || c.werrno == unix.EINVAL) {
+			c.gsoErrno = c.werrno
+			return sent, k, nil
+		}
+		err = os.NewSyscallError("sendmmsg", c.werrno)
+		if c.werrno == unix.EMSGSIZE {
+			err = fmt.Errorf("%w: %w", ErrTooBig, err)
+		}
+	}
+	return sent, 0, err
 }
 
 // sendmmsg is the RawConn write function: it sends the wk prepared

@@ -21,7 +21,9 @@ import (
 // UDP_NO_CHECK6_TX, hence UDPOptions.ComputeUDPChecksum, have no
 // counterpart) and IPv6 datagrams with checksum 0, as rxe sends them, are
 // dropped by the kernel (no UDP_NO_CHECK6_RX); the kernel may put a flow
-// label on IPv6 datagrams (no IPV6_AUTOFLOWLABEL). BatchSize is ignored.
+// label on IPv6 datagrams (no IPV6_AUTOFLOWLABEL). BatchSize is ignored,
+// and so are NoGSO and NoGRO: it has no UDP GSO or GRO (Offloads reports
+// none).
 
 // stdConn is the portable Conn on net.UDPConn, ListenUDP on systems other
 // than Linux (udp_default.go; wireguard-go's conn/bind_std.go split is the

@@ -73,7 +73,8 @@ type Result struct {
 type eventKind uint8
 
 const (
-	evSend eventKind = iota
+	evSend      eventKind = iota
+	evSendPaced           // a send the pacer held back: handled as evSend, in its own lane
 	evArrive
 	evDepart
 	evDeliver
@@ -86,61 +87,138 @@ const (
 type event struct {
 	at   time.Duration
 	seq  uint64
-	kind eventKind
-	flow int
-	size int
-	ce   bool
 	gen  uint64
+	flow int32
+	size int32
+	kind eventKind
+	ce   bool
 }
 
-// events is a binary min-heap of events by time, then by push order: the
-// container/heap algorithm on the concrete type, so that pushing an event
-// does not box it.
-type events []event
-
-func (h events) less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
+// before orders events by time, then by the order they were scheduled.
+func (e *event) before(o *event) bool {
+	if e.at != o.at {
+		return e.at < o.at
 	}
-	return h[i].seq < h[j].seq
+	return e.seq < o.seq
 }
+
+// events is a 4-ary min-heap of events by time, then by push order: four
+// children per node keep the tree shallow and a node's children in one or
+// two cache lines. Keys are unique (seq), so the pop order is the one any
+// priority queue would give.
+type events []event
 
 func (h *events) push(e event) {
 	*h = append(*h, e)
 	q := *h
-	for i := len(q) - 1; i > 0; {
-		parent := (i - 1) / 2
-		if !q.less(i, parent) {
+	i := len(q) - 1
+	for i > 0 {
+		parent := (i - 1) / 4
+		if !e.before(&q[parent]) {
 			break
 		}
-		q[i], q[parent] = q[parent], q[i]
+		q[i] = q[parent]
 		i = parent
 	}
+	q[i] = e
 }
 
 func (h *events) pop() event {
 	q := *h
 	top := q[0]
 	n := len(q) - 1
-	q[0] = q[n]
+	last := q[n]
 	q = q[:n]
-	for i := 0; ; {
-		l := 2*i + 1
-		if l >= n {
+	i := 0
+	for {
+		c := 4*i + 1
+		if c >= n {
 			break
 		}
-		m := l
-		if r := l + 1; r < n && q.less(r, l) {
-			m = r
+		m := c
+		for j := c + 1; j < c+4 && j < n; j++ {
+			if q[j].before(&q[m]) {
+				m = j
+			}
 		}
-		if !q.less(m, i) {
+		if !q[m].before(&last) {
 			break
 		}
-		q[i], q[m] = q[m], q[i]
+		q[i] = q[m]
 		i = m
+	}
+	if n > 0 {
+		q[i] = last
 	}
 	*h = q
 	return top
+}
+
+// fifo is a queue of events in time order: a lane.
+type fifo struct {
+	q    []event
+	head int
+}
+
+// nLanes is the number of lanes: one each for arrivals, departures,
+// deliveries, CNPs, sends, and sends the pacer held back (a flow's next
+// send is first looked at when its link is free, one packet time after
+// the last, and, if the pacer holds it back, again when the pacer allows:
+// most of these second looks come in time order too).
+const nLanes = 6
+
+// heapOnly, set by a test, schedules every event on the heap: the order
+// the lanes must give.
+var heapOnly bool
+
+// lane returns the lane of an event kind, or -1 for the heap.
+func lane(k eventKind) int {
+	if heapOnly {
+		return -1
+	}
+	switch k {
+	case evArrive:
+		return 0
+	case evDepart:
+		return 1
+	case evDeliver:
+		return 2
+	case evCNP:
+		return 3
+	case evSend:
+		return 4
+	case evSendPaced:
+		return 5
+	}
+	return -1
+}
+
+// tail returns the last event of the lane, nil when it is empty.
+func (f *fifo) tail() *event {
+	if f.empty() {
+		return nil
+	}
+	return &f.q[len(f.q)-1]
+}
+
+func (f *fifo) push(e event) {
+	if f.head > 0 && f.head == len(f.q) {
+		f.q, f.head = f.q[:0], 0
+	} else if f.head >= 4096 && f.head*2 >= len(f.q) {
+		n := copy(f.q, f.q[f.head:])
+		f.q, f.head = f.q[:n], 0
+	}
+	f.q = append(f.q, e)
+}
+
+func (f *fifo) empty() bool { return f.head == len(f.q) }
+
+func (f *fifo) peek() *event { return &f.q[f.head] }
+
+func (f *fifo) pop() event {
+	e := f.q[f.head]
+	f.head++
+	return e
 }
 
 type flow struct {
@@ -256,7 +334,7 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 		// Start each flow within one packet time of the others, at random:
 		// flows started together would tie at the queue forever, and tail
 		// drop would always pick the same one.
-		s.push(event{at: time.Duration(rng.Int64N(int64(c.LinkRate.TxTime(pkt)) + 1)), kind: evSend, flow: i})
+		s.push(event{at: time.Duration(rng.Int64N(int64(c.LinkRate.TxTime(pkt)) + 1)), kind: evSend, flow: int32(i)})
 		f.sendOK = true
 	}
 	s.push(event{at: 0, kind: evSample})
@@ -264,15 +342,19 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 	delivered := make([]int64, c.Flows)
 	res := &Result{}
 	var queueSamples []int
-	for len(s.ev) > 0 {
-		e := s.ev.pop()
+	for {
+		e, ok := s.next()
+		if !ok {
+			break
+		}
 		if e.at > c.Duration {
 			break
 		}
 		now := e.at
-		f := s.flowAt(e.flow)
+		fi := int(e.flow)
+		f := s.flowAt(fi)
 		switch e.kind {
-		case evSend:
+		case evSend, evSendPaced:
 			f.sendOK = false
 			if q.Paused() {
 				f.waiting = true
@@ -280,41 +362,41 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 			}
 			if f.snd != nil {
 				if wait := f.snd.TimeUntilSend(abs(now), pkt); wait > 0 {
-					s.push(event{at: now + wait, kind: evSend, flow: e.flow})
+					s.push(event{at: now + wait, kind: evSendPaced, flow: e.flow})
 					f.sendOK = true
 					continue
 				}
 				f.snd.OnPacketSent(abs(now), pkt)
-				s.armTimer(e.flow, f)
+				s.armTimer(fi, f)
 			}
-			s.push(event{at: now + c.LinkRate.TxTime(pkt) + c.Delay, kind: evArrive, flow: e.flow, size: pkt})
+			s.push(event{at: now + c.LinkRate.TxTime(pkt) + c.Delay, kind: evArrive, flow: e.flow, size: int32(pkt)})
 			f.nextFree = now + c.LinkRate.TxTime(pkt)
 			s.push(event{at: f.nextFree, kind: evSend, flow: e.flow})
 			f.sendOK = true
 		case evArrive:
-			departAt, queued, ce := q.Arrive(abs(now), e.size, c.DCQCN)
+			departAt, queued, ce := q.Arrive(abs(now), int(e.size), c.DCQCN)
 			id := s.arrivals
 			s.arrivals++
 			if s.trace != nil {
-				s.trace(arrival{ID: id, T: now, Flow: e.flow, Size: e.size, Queued: queued, CE: ce, Depart: departAt.Sub(epoch)})
+				s.trace(arrival{ID: id, T: now, Flow: fi, Size: int(e.size), Queued: queued, CE: ce, Depart: departAt.Sub(epoch)})
 			}
 			if !queued {
 				continue
 			}
 			s.push(event{at: departAt.Sub(epoch), kind: evDepart, flow: e.flow, size: e.size, ce: ce, gen: id})
 		case evDepart:
-			ce, resumed := q.Depart(e.size, c.DCQCN)
+			ce, resumed := q.Depart(int(e.size), c.DCQCN)
 			if ce {
 				e.ce = true
 				if s.trace != nil {
-					s.trace(arrival{ID: e.gen, Depart: now, Flow: e.flow, Size: e.size, Queued: true, CE: true, Left: true})
+					s.trace(arrival{ID: e.gen, Depart: now, Flow: fi, Size: int(e.size), Queued: true, CE: true, Left: true})
 				}
 			}
 			if resumed {
 				for i, g := range s.flows {
 					if g.waiting {
 						g.waiting = false
-						s.push(event{at: now, kind: evSend, flow: i})
+						s.push(event{at: now, kind: evSend, flow: int32(i)})
 						g.sendOK = true
 					}
 				}
@@ -322,7 +404,7 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 			s.push(event{at: now + c.Delay, kind: evDeliver, flow: e.flow, size: e.size, ce: e.ce})
 		case evDeliver:
 			if now >= half {
-				delivered[e.flow] += int64(e.size - c.Overhead)
+				delivered[fi] += int64(int(e.size) - c.Overhead)
 			}
 			if e.ce && f.np != nil {
 				if f.np.OnMarked(abs(now)) {
@@ -341,14 +423,14 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 			}
 		case evCNP:
 			f.snd.OnCNP(abs(now))
-			s.armTimer(e.flow, f)
+			s.armTimer(fi, f)
 		case evTimer:
 			if e.gen != f.timerGen {
 				continue
 			}
 			f.timerAt = 0
 			f.snd.OnTimeout(abs(now))
-			s.armTimer(e.flow, f)
+			s.armTimer(fi, f)
 		case evSample:
 			sm := Sample{T: now, Queue: q.Bytes(), Rates: make([]cc.Rate, c.Flows), Alpha: make([]float64, c.Flows)}
 			for i, g := range s.flows {
@@ -400,16 +482,66 @@ type state struct {
 	q     *cc.Port
 	trace func(arrival)
 	ev    events
+	// lanes hold the events of the kinds that are mostly scheduled a
+	// fixed time ahead (arrivals, departures, deliveries, CNPs, sends),
+	// each in the order scheduled: as long as that order is also time
+	// order they need no heap (see push).
+	lanes [nLanes]fifo
 	seq   uint64
 	flows []*flow
 	// arrivals counts the packets that reached the port.
 	arrivals uint64
 }
 
+// push schedules an event. Events are taken in time order, then in the
+// order they were scheduled (seq), whatever holds them: an event goes to
+// its kind's lane when it is not earlier than the lane's last event, so
+// that each lane stays in (time, seq) order, and to the heap otherwise.
+// Arrivals (a fixed transmission and delay after their send), deliveries
+// and CNPs (a fixed delay after the event that makes them) and the port's
+// departures (first in, first out) are scheduled in time order; sends,
+// held back or not, mostly are. The order events are taken in is the one a
+// single heap would give: only the cost differs.
 func (s *state) push(e event) {
+	e = s.stamp(e)
+	if l := lane(e.kind); l >= 0 {
+		if t := s.lanes[l].tail(); t == nil || !e.before(t) {
+			s.lanes[l].push(e)
+			return
+		}
+	}
+	s.ev.push(e)
+}
+
+// stamp numbers an event in the order it was scheduled.
+func (s *state) stamp(e event) event {
 	s.seq++
 	e.seq = s.seq
-	s.ev.push(e)
+	return e
+}
+
+// next takes the earliest event of the heap and the lanes.
+func (s *state) next() (event, bool) {
+	var best *event
+	src := -2
+	if len(s.ev) > 0 {
+		best, src = &s.ev[0], -1
+	}
+	for i := range s.lanes {
+		if s.lanes[i].empty() {
+			continue
+		}
+		if h := s.lanes[i].peek(); best == nil || h.before(best) {
+			best, src = h, i
+		}
+	}
+	switch {
+	case src == -1:
+		return s.ev.pop(), true
+	case src >= 0:
+		return s.lanes[src].pop(), true
+	}
+	return event{}, false
 }
 
 func (s *state) flowAt(i int) *flow {
@@ -432,5 +564,5 @@ func (s *state) armTimer(i int, f *flow) {
 	}
 	f.timerGen++
 	f.timerAt = at
-	s.push(event{at: at, kind: evTimer, flow: i, gen: f.timerGen})
+	s.push(event{at: at, kind: evTimer, flow: int32(i), gen: f.timerGen})
 }

@@ -78,3 +78,33 @@ func TestIncastBadConfig(t *testing.T) {
 		assert.Error(t, err)
 	}
 }
+
+// The lanes take events in the order one heap would: every arrival at the
+// port (time, flow, the port's decisions) and the results are the same
+// with every event on the heap.
+func TestLanesKeepTheOrder(t *testing.T) {
+	defer func() { heapOnly = false }()
+	for _, tc := range []struct {
+		profile string
+		flows   int
+		pfc     bool
+	}{{cc.ProfileMLX5, 32, false}, {cc.ProfilePaper, 8, true}, {cc.ProfileHPCC, 4, false}} {
+		p, err := cc.Profile(tc.profile, 100*cc.Gbps)
+		require.NoError(t, err)
+		q := paperQueue(tc.pfc)
+		q.LineRate = 100 * cc.Gbps
+		c := Config{Flows: tc.flows, LinkRate: 100 * cc.Gbps, Duration: time.Millisecond, MTU: 1024,
+			Delay: time.Microsecond, Queue: q, DCQCN: true, Params: p, Seed: 5}
+		var got [2][]arrival
+		var res [2]*Result
+		for i, only := range []bool{true, false} {
+			heapOnly = only
+			res[i], err = run(c, func(a arrival) { got[i] = append(got[i], a) })
+			require.NoError(t, err)
+		}
+		require.NotEmpty(t, got[0])
+		assert.Equal(t, got[0], got[1], tc.profile)
+		assert.Equal(t, res[0], res[1], tc.profile)
+		t.Logf("%s %d:1: %d arrivals, %d drops, %d CNPs", tc.profile, tc.flows, len(got[0]), res[0].Drops, res[0].CNPs)
+	}
+}

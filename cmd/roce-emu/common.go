@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
+	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -224,26 +225,65 @@ func describeCounters(c qp.Counters) string {
 		c.RNRNakRetryErr, c.SendRNRErr, c.OutOfSequence, c.DuplicateRequest)
 }
 
-// describeDrops gives the Endpoint's drops by cause, or "" when it
-// dropped nothing.
-func describeDrops(st transport.Stats) string {
-	var parts []string
-	for _, c := range []struct {
-		n    uint64
-		what string
-	}{
-		{st.BadSource, "from another IP address than the QP's peer"},
-		{st.BadSourcePort, "from another UDP source port than the QP's peer (strict source)"},
-		{st.BadSourcePortCNP, "CNPs from another UDP source port than the QP's peer (strict source)"},
-		{st.BadICRC, "bad ICRC"},
-		{st.UnknownQP, "to no QP"},
-		{st.Malformed, "malformed"},
-	} {
-		if c.n > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", c.n, c.what))
+// sumCounters adds up the counters of several QPs, field by field.
+func sumCounters(cs ...qp.Counters) qp.Counters {
+	var sum qp.Counters
+	sv := reflect.ValueOf(&sum).Elem()
+	for _, c := range cs {
+		v := reflect.ValueOf(c)
+		for i := range v.NumField() {
+			f := sv.Field(i)
+			f.SetUint(f.Uint() + v.Field(i).Uint())
 		}
 	}
+	return sum
+}
+
+// describeDrops lists every packet dropped and request refused, each
+// cause by its counter's name, the QPs' (qp.Counters.Refusals) then the
+// Endpoint's (transport.Stats.Drops), then completions lost to a full CQ
+// of cqs (cq_overruns), or says there were none.
+func describeDrops(c qp.Counters, st transport.Stats, cqs ...*transport.CQ) string {
+	var parts []string
+	for _, x := range c.Refusals() {
+		parts = append(parts, fmt.Sprintf("%s %d", x.Name, x.Value))
+	}
+	for _, x := range st.Drops() {
+		parts = append(parts, fmt.Sprintf("%s %d", x.Name, x.Value))
+	}
+	var over uint64
+	for _, cq := range cqs {
+		over += cq.Overruns()
+	}
+	if over > 0 {
+		parts = append(parts, fmt.Sprintf("cq_overruns %d", over))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
 	return strings.Join(parts, ", ")
+}
+
+// qpErrors says which of qps ended in IBV_QPS_ERR and why, or returns nil.
+// A QP the command (or rdma_cm's disconnection) moved to ERR itself does
+// not count: only one a peer's NAK, a retry count or a local error ended.
+func qpErrors(qps ...*transport.QP) error {
+	var errs []error
+	for _, q := range qps {
+		var qe *qp.QPError
+		if err := q.Err(); errors.As(err, &qe) && !qe.Modified {
+			errs = append(errs, fmt.Errorf("QP %#x ended in IBV_QPS_ERR: %w", q.QPN(), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// qpStateWhy names q's state, with why when it is IBV_QPS_ERR.
+func qpStateWhy(q *transport.QP) string {
+	if err := q.Err(); err != nil {
+		return fmt.Sprintf("%s: %v", q.State(), err)
+	}
+	return q.State().String()
 }
 
 func since(t time.Time) float64 { return time.Since(t).Seconds() }

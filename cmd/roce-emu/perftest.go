@@ -372,15 +372,16 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		}
 	})
 	fmt.Fprintf(out, " counters: %s\n", describeCounters(sum))
-	if d := describeDrops(ep.Stats()); d != "" {
-		fmt.Fprintf(out, " dropped: %s\n", d)
-	}
 	qs := make([]*transport.QP, len(r.qps))
 	for i, pq := range r.qps {
 		qs[i] = pq.q
 	}
 	fmt.Fprintf(out, " congestion (%s): %s\n", f.ccFlags.describe(), sumCC(qs))
 	fmt.Fprintf(out, " requests served: %d RDMA WRITE, %d RDMA READ, %d SEND, %d atomic\n", sum.RxWriteRequests, sum.RxReadRequests, sum.RxSendRequests, sum.RxAtomicRequests)
+	fmt.Fprintf(out, " drops and refusals: %s\n", describeDrops(sum, ep.Stats(), r.cq))
+	// A QP a peer's NAK or a local error ended fails the run, even when
+	// the exchange went on to the end (a server's QP is never polled).
+	qpErr := qpErrors(qs...)
 	if pcm != nil {
 		_, err := pcm.close()
 		pcm = nil
@@ -391,34 +392,21 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 			fmt.Fprintf(out, " rdma_cm: %d data QPs disconnected\n", len(r.qps))
 		}
 	}
-	return nil
+	return qpErr
 }
 
 // counters sums the counters of the run's QPs, handing each QP's to each
 // first when it is not nil.
 func (r *perftestTraffic) counters(each func(i int, c qp.Counters)) qp.Counters {
-	var sum qp.Counters
+	cs := make([]qp.Counters, 0, len(r.qps))
 	for i, pq := range r.qps {
 		c := pq.q.Counters()
 		if each != nil {
 			each(i, c)
 		}
-		sum.SentPackets += c.SentPackets
-		sum.ReceivedPackets += c.ReceivedPackets
-		sum.RetransmittedPkts += c.RetransmittedPkts
-		sum.PacketSeqErr += c.PacketSeqErr
-		sum.ImpliedNakSeqErr += c.ImpliedNakSeqErr
-		sum.LocalAckTimeoutErr += c.LocalAckTimeoutErr
-		sum.RNRNakRetryErr += c.RNRNakRetryErr
-		sum.SendRNRErr += c.SendRNRErr
-		sum.OutOfSequence += c.OutOfSequence
-		sum.DuplicateRequest += c.DuplicateRequest
-		sum.RxWriteRequests += c.RxWriteRequests
-		sum.RxReadRequests += c.RxReadRequests
-		sum.RxSendRequests += c.RxSendRequests
-		sum.RxAtomicRequests += c.RxAtomicRequests
+		cs = append(cs, c)
 	}
-	return sum
+	return sumCounters(cs...)
 }
 
 // atomicName is perftest's name of an atomic operation (-A).
@@ -504,7 +492,7 @@ func perftestConnect(q *transport.QP, local, rem oob.PerftestKey, peer func(neti
 func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string, client bool, f *perfFlags, out io.Writer) error {
 	gbits := f.gbits
 	fail := func(err error) error {
-		return fmt.Errorf("%v (QP %s; %s)", err, r.q.State(), describeCounters(r.q.Counters()))
+		return fmt.Errorf("%v (QP %s; %s; drops and refusals: %s)", err, qpStateWhy(r.q), describeCounters(r.q.Counters()), describeDrops(r.q.Counters(), r.ep.Stats(), r.cq))
 	}
 	program := perftestProgram(kind, r.op)
 	switch {
@@ -661,7 +649,7 @@ func (r *perftestTraffic) repostAll() error {
 // is a barrier after each size too (perftest 4.6 and later).
 func (r *perftestTraffic) bidirBW(ctx context.Context, s *oob.Perftest, f *perfFlags, out io.Writer) error {
 	fail := func(err error) error {
-		return fmt.Errorf("%v (QP %s; %s)", err, r.q.State(), describeCounters(r.q.Counters()))
+		return fmt.Errorf("%v (QP %s; %s; drops and refusals: %s)", err, qpStateWhy(r.q), describeCounters(r.q.Counters()), describeDrops(r.q.Counters(), r.ep.Stats(), r.cq))
 	}
 	sizes := []int{r.size}
 	if f.all {

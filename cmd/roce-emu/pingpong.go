@@ -366,11 +366,9 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) (err error) {
 	// retransmission) is handled, and may touch the buffer, only under it.
 	ep.Locked(func() { r.checkData(mode, out) })
 	fmt.Fprintf(out, "counters: %s\n", describeCounters(r.counters()))
-	if d := describeDrops(ep.Stats()); d != "" {
-		fmt.Fprintf(out, "dropped: %s\n", d)
-	}
 	fmt.Fprintf(out, "congestion (%s): %s\n", f.ccFlags.describe(), sumCC(r.qps))
-	return nil
+	fmt.Fprintf(out, "drops and refusals: %s\n", describeDrops(r.counters(), ep.Stats(), r.cq))
+	return qpErrors(r.qps...)
 }
 
 // setup makes the buffer, CQ, SRQ and QPs, moves the QPs to INIT and
@@ -563,11 +561,12 @@ func (r *pingpongRun) loop(ctx context.Context, client bool, remote []oob.Dest, 
 			}
 		}
 		if err != nil {
-			return 0, fmt.Errorf("after %d sends and %d receives: %v (QP %s; %s)", scnt, rcnt, err, r.qps[0].State(), describeCounters(r.counters()))
+			return 0, fmt.Errorf("after %d sends and %d receives: %v (QP %s; %s; drops and refusals: %s)", scnt, rcnt, err, qpStateWhy(r.qps[0]), describeCounters(r.counters()), describeDrops(r.counters(), r.ep.Stats(), r.cq))
 		}
 		for _, c := range wc[:n] {
 			if c.Status != qp.IBV_WC_SUCCESS {
-				return 0, fmt.Errorf("work completion %s for wr_id %d after %d sends and %d receives (%s)", c.Status, c.WRID, scnt, rcnt, describeCounters(r.counters()))
+				return 0, fmt.Errorf("work completion %s for wr_id %d after %d sends and %d receives (QP %s; %s; drops and refusals: %s)", c.Status, c.WRID, scnt, rcnt,
+					qpStateWhy(r.qps[0]), describeCounters(r.counters()), describeDrops(r.counters(), r.ep.Stats(), r.cq))
 			}
 			i, ok := index[c.QPNum]
 			if !ok {
@@ -633,21 +632,11 @@ func (r *pingpongRun) checkData(mode string, out io.Writer) {
 
 // counters sums the counters of the run's QPs.
 func (r *pingpongRun) counters() qp.Counters {
-	var sum qp.Counters
-	for _, q := range r.qps {
-		c := q.Counters()
-		sum.SentPackets += c.SentPackets
-		sum.ReceivedPackets += c.ReceivedPackets
-		sum.RetransmittedPkts += c.RetransmittedPkts
-		sum.PacketSeqErr += c.PacketSeqErr
-		sum.ImpliedNakSeqErr += c.ImpliedNakSeqErr
-		sum.LocalAckTimeoutErr += c.LocalAckTimeoutErr
-		sum.RNRNakRetryErr += c.RNRNakRetryErr
-		sum.SendRNRErr += c.SendRNRErr
-		sum.OutOfSequence += c.OutOfSequence
-		sum.DuplicateRequest += c.DuplicateRequest
+	cs := make([]qp.Counters, len(r.qps))
+	for i, q := range r.qps {
+		cs[i] = q.Counters()
 	}
-	return sum
+	return sumCounters(cs...)
 }
 
 // pingpongConn connects to the server's address exchange (client), or

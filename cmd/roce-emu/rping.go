@@ -185,9 +185,6 @@ func (f *rpingFlags) run() (err error) {
 		}
 		sig := intr.caught()
 		f.debugf("cm counters: %s\n", cmCounters(svc.Stats()))
-		if d := describeDrops(ep.Stats()); d != "" {
-			f.debugf("dropped: %s\n", d)
-		}
 		if sig == nil {
 			return
 		}
@@ -236,7 +233,7 @@ func (s *rpingSession) run(ctx context.Context, svc *rdmacm.Service) error {
 		}
 		s.conn = conn
 		f.debugf("cma_event type RDMA_CM_EVENT_ESTABLISHED cma_id %#x (child)\n", s.conn.ID())
-		return s.server(ctx)
+		return s.finish(s.server(ctx))
 	}
 	conn, err := svc.Dial(ctx, f.serverAddr, uint16(f.port), params)
 	if err != nil {
@@ -268,6 +265,20 @@ func (s *rpingSession) run(ctx context.Context, svc *rdmacm.Service) error {
 	if err == nil {
 		fmt.Fprintln(f.stderr, "client DISCONNECT EVENT...")
 	}
+	return s.finish(err)
+}
+
+// finish prints the data QP's counters and every drop and refusal (with
+// -d, as the CM's), and fails a run that went well so far if the QP ended
+// in IBV_QPS_ERR other than by the disconnection, saying why.
+func (s *rpingSession) finish(err error) error {
+	q := s.conn.QP()
+	c := q.Counters()
+	s.f.debugf("qp counters: %s\n", describeCounters(c))
+	s.f.debugf("drops and refusals: %s\n", describeDrops(c, s.ep.Stats(), s.cq))
+	if err == nil {
+		err = qpErrors(q)
+	}
 	return err
 }
 
@@ -295,6 +306,9 @@ func (s *rpingSession) wait(ctx context.Context, op qp.WCOpcode) error {
 						return errDisconnected
 					default:
 					}
+				}
+				if qerr := s.conn.QP().Err(); qerr != nil {
+					return fmt.Errorf("cq completion failed status %d (%v): %w", int(wc.Status), wc.Status, qerr)
 				}
 				return fmt.Errorf("cq completion failed status %d (%v)", int(wc.Status), wc.Status)
 			}

@@ -125,7 +125,10 @@ func TestStrictSourceFlag(t *testing.T) {
 }
 
 func TestDescribeDrops(t *testing.T) {
-	assert.Empty(t, describeDrops(transport.Stats{Received: 10, CNPs: 3}))
-	assert.Equal(t, "2 from another UDP source port than the QP's peer (strict source), 1 CNPs from another UDP source port than the QP's peer (strict source), 4 bad ICRC",
-		describeDrops(transport.Stats{BadSourcePort: 2, BadSourcePortCNP: 1, BadICRC: 4}))
+	// describeDrops names each cause by its counter (it took the
+	// Endpoint's counters alone and described them in words before the
+	// QPs' refusals were added to it).
+	assert.Equal(t, "none", describeDrops(qp.Counters{}, transport.Stats{Received: 10, CNPs: 3}))
+	assert.Equal(t, "rx_bad_icrc 4, rx_bad_source_port 2, rx_bad_source_port_cnp 1",
+		describeDrops(qp.Counters{}, transport.Stats{BadSourcePort: 2, BadSourcePortCNP: 1, BadICRC: 4}))
 }

@@ -114,7 +114,16 @@ func TestSwitchCommandDCQCN(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	var st transport.SwitchStats
 	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &st), "output: %s", stdout.String())
+	// The receiver's QPs wrote the data from its Endpoint's read loop, and
+	// the ACKs that completed the WRITEs crossed the kernel, which the race
+	// detector does not see: closing the Endpoint waits for the read loop
+	// and orders its writes before the reads below.
+	require.NoError(t, recv.Close())
 	var marked, cnps, handled uint64
+	// The receiver wrote Dst; what it wrote before the ACKs the senders
+	// saw is ordered before what follows its Sync (over sockets the race
+	// detector sees no order otherwise).
+	recv.Sync()
 	for i, s := range ss {
 		// Under the receiver's lock: a late duplicate WRITE may still be
 		// landing (the race detector saw one on a loaded machine).

@@ -26,7 +26,7 @@ var rxeDepartures = map[string]string{
 	// rxe_resp.c check_op_valid: an RC request the QP's access flags do
 	// not enable is RESPST_ERR_UNSUPPORTED_OPCODE, answered NAK invalid
 	// request (IB_WC_REM_INV_REQ_ERR), where IBTA's access rights call
-	// for a remote access error (ROCEV2.md section 4: "R_Key or bounds or
+	// for a remote access error (docs/wire-format.md section 4: "R_Key, bounds or
 	// permission violation").
 	"write-permission-violation": "departure: rxe NAKs an RDMA WRITE to a QP without remote WRITE access invalid request, not remote access error",
 	"read-permission-violation":  "departure: rxe NAKs an RDMA READ from a QP without remote READ access invalid request, not remote access error",
