@@ -244,17 +244,9 @@ func (ep *Endpoint) Close() error {
 		return nil
 	}
 	// What the QPs queued before Close goes out first (the last ACK of a
-	// run whose completion the application saw, say): wait for the batch
-	// being written, then write what is left, up to closeDrainBatches.
+	// run whose completion the application saw, say).
 	ep.closing = true
-	for range closeDrainBatches {
-		for ep.sending {
-			ep.sendIdle.Wait()
-		}
-		if !ep.sendBatchLocked(ep.clock.Now()) {
-			break
-		}
-	}
+	ep.drainLocked()
 	ep.closed = true
 	if ep.timer != nil {
 		ep.timer.Stop()
@@ -267,6 +259,20 @@ func (ep *Endpoint) Close() error {
 	<-ep.done
 	ep.senders.Wait()
 	return err
+}
+
+// drainLocked waits for the batch being written, then writes what the
+// QPs still have to send, up to closeDrainBatches batches (ep.mu held;
+// released while the Conn writes).
+func (ep *Endpoint) drainLocked() {
+	for range closeDrainBatches {
+		for ep.sending {
+			ep.sendIdle.Wait()
+		}
+		if !ep.sendBatchLocked(ep.clock.Now()) {
+			break
+		}
+	}
 }
 
 func (ep *Endpoint) readLoop() {
@@ -918,9 +924,16 @@ func (w *QP) PostRecv(wr qp.RecvWR) error {
 
 // Destroy removes the QP from the Endpoint and frees its QPN (see
 // qp.QP.Destroy); packets for it are then counted as for an unknown QP.
+// What the QPs queued before Destroy goes out first, as at Close: a CM
+// answer posted on QP1 just before its service closes (the DREP to a
+// peer's DREQ) is sent, not lost with the QP while another batch was
+// being written.
 func (w *QP) Destroy() {
 	w.ep.mu.Lock()
 	defer w.ep.mu.Unlock()
+	if !w.ep.closed {
+		w.ep.drainLocked()
+	}
 	delete(w.ep.qps, w.q.QPN)
 	w.q.Destroy()
 	for i, q := range w.ep.order {
