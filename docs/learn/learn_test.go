@@ -12,7 +12,9 @@
 //     working directory with the freshly built roce-emu first on PATH; a
 //     line ending in a backslash continues on the next one. The lines up to
 //     the next command are what it prints (stdout and stderr together).
-//     Its exit status must be 0.
+//     Its exit status must be 0. A command the test gives up on (past
+//     commandTimeout, or left running when a chapter fails) is killed with
+//     every process it started, so that none keeps a later chapter's ports.
 //   - A command ending in " &" starts in the background and prints nothing
 //     in the block (redirect its output to a file); "$ wait" waits for every
 //     background command of the chapter and fails if one did not exit with 0.
@@ -428,6 +430,7 @@ func (r *runner) shell(ctx context.Context, text string, out *bytes.Buffer) *exe
 	cmd.Stdout = out
 	cmd.Stderr = out
 	cmd.WaitDelay = 5 * time.Second
+	ownGroup(cmd)
 	return cmd
 }
 
