@@ -135,7 +135,7 @@ func (f *perfFlags) register(fs *flag.FlagSet, kind string) {
 	fs.BoolVar(&f.gbits, "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
 	fs.BoolVar(&f.outJSON, "out_json", false, "also write the test's parameters and last result to --out_json_file, with perftest's keys")
 	fs.StringVar(&f.jsonFile, "out_json_file", "perftest_out.json", "the `file` --out_json writes (perftest's default name)")
-	fs.DurationVar(&f.timeout, "timeout", 120*time.Second, "give up when the run takes longer than this")
+	fs.DurationVar(&f.timeout, "timeout", 0, "give up when the run, the wait for a client included, takes longer than this (0: never; perftest waits for ever)")
 	fs.BoolVar(&f.perftest, "perftest", true, "accepted for compatibility: bw and lat always speak perftest 6.06's out-of-band protocol")
 	for _, ne := range perftestNoEffect {
 		fs.Var(&noEffectFlag{f: f, name: ne.name, isBool: ne.isBool, why: ne.reasons}, ne.name, ne.usage+" (accepted, no effect)")

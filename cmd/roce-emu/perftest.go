@@ -101,7 +101,7 @@ func perftestDial(ctx context.Context, host string, port int, out io.Writer) (ne
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(port))
 	if err != nil {
-		return nil, fmt.Errorf("cannot listen on TCP port %d: %v", port, err)
+		return nil, addrInUseHint(fmt.Errorf("cannot listen on TCP port %d: %w", port, err), tcpInUse)
 	}
 	fmt.Fprintln(out, "\n************************************")
 	fmt.Fprintln(out, "* Waiting for client to connect... *")
@@ -111,7 +111,7 @@ func perftestDial(ctx context.Context, host string, port int, out io.Writer) (ne
 	c, err := l.Accept()
 	l.Close()
 	if err != nil {
-		return nil, fmt.Errorf("no client came: %v", err)
+		return nil, fmt.Errorf("no client came: %v", whyStopped(ctx, err))
 	}
 	return c, nil
 }
@@ -131,7 +131,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 			r.free()
 		}
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+	ctx, cancel := runContext(f.timeout)
 	defer cancel()
 
 	var s *oob.Perftest
@@ -446,7 +446,7 @@ func perftestConnect(q *transport.QP, local, rem oob.PerftestKey, peer func(neti
 func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string, client bool, f *perfFlags, out io.Writer) error {
 	gbits := f.gbits
 	fail := func(err error) error {
-		return fmt.Errorf("%v (QP %s; %s)", err, r.q.State(), describeCounters(r.q.Counters()))
+		return fmt.Errorf("%v (QP %s; %s)", whyStopped(ctx, err), r.q.State(), describeCounters(r.q.Counters()))
 	}
 	program := perftestProgram(kind, r.op)
 	switch {
@@ -603,7 +603,7 @@ func (r *perftestTraffic) repostAll() error {
 // is a barrier after each size too (perftest 4.6 and later).
 func (r *perftestTraffic) bidirBW(ctx context.Context, s *oob.Perftest, f *perfFlags, out io.Writer) error {
 	fail := func(err error) error {
-		return fmt.Errorf("%v (QP %s; %s)", err, r.q.State(), describeCounters(r.q.Counters()))
+		return fmt.Errorf("%v (QP %s; %s)", whyStopped(ctx, err), r.q.State(), describeCounters(r.q.Counters()))
 	}
 	sizes := []int{r.size}
 	if f.all {

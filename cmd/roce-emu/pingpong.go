@@ -62,7 +62,7 @@ func (f *pingpongFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.mtu, "m", 1024, "path `MTU` (256, 512, 1024, 2048 or 4096); with --connection UD the port's active MTU, which bounds -s: by default derived from the --bind address's link MTU as rxe does (less 80 bytes of headers, rounded down)")
 	fs.IntVar(&f.rxDepth, "r", 500, "receive queue depth (--srq: the SRQ's)")
 	fs.IntVar(&f.gidIdx, "g", 1, "local GID index; roce-emu's GID table holds the --bind address at 0 and 1 (as ::ffff:a.b.c.d for IPv4)")
-	fs.DurationVar(&f.timeout, "timeout", 60*time.Second, "give up when the run takes longer than this")
+	fs.DurationVar(&f.timeout, "timeout", 0, "give up when the run, the wait for a client included, takes longer than this (0: never; rc_pingpong waits for ever)")
 	fs.BoolVar(&f.chk, "c", false, "validate the received buffer as the pingpong programs' --chk: the client zeroes the first byte of every 4096-byte page before it sends, the server checks those bytes at the end")
 	fs.BoolVar(&f.events, "e", false, "accepted for compatibility: roce-emu always sleeps until a completion arrives (as the pingpong programs' -e do), it never busy-polls")
 	fs.IntVar(&f.sl, "l", 0, "service `level` (0-15), accepted for compatibility: a RoCEv2 packet has no field for it (no LRH)")
@@ -272,7 +272,7 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) error {
 			return err
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+	ctx, cancel := runContext(f.timeout)
 	defer cancel()
 
 	r := &pingpongRun{f: f, ep: ep, fill: 0x7b} // what rc/uc/ud_pingpong fill their buffer with
@@ -509,7 +509,7 @@ func (r *pingpongRun) loop(ctx context.Context, client bool, remote []oob.Dest) 
 	for rcnt < f.iters || scnt < f.iters {
 		n, err := r.cq.Wait(ctx, wc)
 		if err != nil {
-			return 0, fmt.Errorf("after %d sends and %d receives: %v (QP %s; %s)", scnt, rcnt, err, r.qps[0].State(), describeCounters(r.counters()))
+			return 0, fmt.Errorf("after %d sends and %d receives: %v (QP %s; %s)", scnt, rcnt, whyStopped(ctx, err), r.qps[0].State(), describeCounters(r.counters()))
 		}
 		for _, c := range wc[:n] {
 			if c.Status != qp.IBV_WC_SUCCESS {
@@ -611,7 +611,7 @@ func pingpongConn(ctx context.Context, client bool, host string, port int) (net.
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(port))
 	if err != nil {
-		return nil, fmt.Errorf("cannot listen for the address exchange on TCP port %d: %v", port, err)
+		return nil, addrInUseHint(fmt.Errorf("cannot listen for the address exchange on TCP port %d: %w", port, err), tcpInUse)
 	}
 	defer l.Close()
 	stop := context.AfterFunc(ctx, func() { l.Close() })
@@ -619,7 +619,7 @@ func pingpongConn(ctx context.Context, client bool, host string, port int) (net.
 	c, err := l.Accept()
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("no client connected to TCP port %d within --timeout", port)
+			return nil, fmt.Errorf("no client connected to TCP port %d: %v", port, whyStopped(ctx, err))
 		}
 		return nil, fmt.Errorf("waiting for a client on TCP port %d: %v", port, err)
 	}

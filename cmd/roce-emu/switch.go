@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/roce-emu/roce-emu/cc"
@@ -118,7 +119,7 @@ func runSwitch(args []string, stdout, stderr io.Writer) int {
 			st.Forwarded, st.Returned, st.Marked, st.Dropped, st.Pauses, st.QueueBytes, st.QueueMax)
 	}
 	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, os.Interrupt)
+	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(stop)
 	var end <-chan time.Time
 	if *dur > 0 {

@@ -1,0 +1,194 @@
+package main
+
+// What every command shares on the command line: getopt-style flags
+// anywhere, help CMD, version, the run's context (--timeout, SIGINT and
+// SIGTERM) and the hint on an address in use.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"syscall"
+	"time"
+)
+
+// parseInterspersed parses args as GNU getopt does (perftest's and
+// rdma-core's programs use getopt_long): flags may come before, between
+// and after the positional arguments, and "--" ends the flags, everything
+// after it being positional. Go's flag package stops at the first
+// positional, so each stretch of flags after a positional is parsed again
+// into the same set. On return fs.Args() holds the positionals, in order.
+// The error is the flag package's (flag.ErrHelp for -h).
+func parseInterspersed(fs *flag.FlagSet, args []string) error {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if consumed := args[:len(args)-len(rest)]; len(consumed) > 0 && consumed[len(consumed)-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	// A parse of "--" alone sets no flag and leaves the positionals as
+	// the set's arguments, for fs.NArg and fs.Arg.
+	return fs.Parse(append([]string{"--"}, pos...))
+}
+
+// runHelp is "roce-emu help [CMD]": the general help, or CMD's own usage
+// (what "roce-emu CMD -h" prints) on stdout.
+func runHelp(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stdout)
+		return 0
+	}
+	if len(args) > 1 {
+		fmt.Fprintf(stderr, "roce-emu help: one command at a time (got %d)\n", len(args))
+		return 2
+	}
+	switch args[0] {
+	case "help":
+		fmt.Fprintln(stdout, "usage: roce-emu help [COMMAND]: the list of commands, or COMMAND's usage and flags")
+		return 0
+	case "version":
+		fmt.Fprintln(stdout, "usage: roce-emu version: the module's version, VCS revision and time, and the Go version")
+		return 0
+	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			return c.run([]string{"-h"}, stdout, stdout)
+		}
+	}
+	fmt.Fprintf(stderr, "roce-emu help: unknown command %q; run 'roce-emu help' for the list\n", args[0])
+	return 2
+}
+
+// runVersion is "roce-emu version" and "roce-emu --version": the main
+// module's version from the build information (runtime/debug.ReadBuildInfo:
+// a tag or pseudo-version when built by "go install module@version",
+// "(devel)" otherwise), the VCS revision and time when it was built from a
+// git checkout, and the Go version.
+func runVersion(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 0 {
+		fmt.Fprintf(stderr, "roce-emu version: unexpected argument %q\n", args[0])
+		return 2
+	}
+	fmt.Fprintln(stdout, versionLine())
+	return 0
+}
+
+func versionLine() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "roce-emu (no build information) " + runtime.Version()
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)" // a test binary has no main module version
+	}
+	line := "roce-emu " + bi.Main.Path + " " + v
+	var rev, at, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = " (modified)"
+			}
+		}
+	}
+	if rev != "" {
+		line += " revision " + rev + dirty
+		if at != "" {
+			line += " " + at
+		}
+	}
+	return line + " " + bi.GoVersion
+}
+
+// runContext is a run's context: cancelled after timeout (none when 0, the
+// default of the commands that wait for a peer: perftest, rc_pingpong and
+// rping wait for ever) or on SIGINT or SIGTERM, whichever comes first, so
+// that a command stopped either way ends through its error path, which
+// prints its counters. The cause (context.Cause) names the signal.
+func runContext(timeout time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancelCause := context.WithCancelCause(context.Background())
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sig:
+			name := "SIGINT"
+			if s == syscall.SIGTERM {
+				name = "SIGTERM"
+			}
+			cancelCause(errors.New("stopped by " + name))
+		case <-done:
+		}
+	}()
+	tctx, tcancel := ctx, context.CancelFunc(func() {})
+	if timeout > 0 {
+		tctx, tcancel = context.WithTimeout(ctx, timeout)
+	}
+	return tctx, func() {
+		signal.Stop(sig)
+		close(done)
+		tcancel()
+		cancelCause(context.Canceled)
+	}
+}
+
+// stoppedBy is the signal that cancelled ctx, as an error, or nil when
+// none did.
+func stoppedBy(ctx context.Context) error {
+	if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) && !errors.Is(c, context.DeadlineExceeded) {
+		return c
+	}
+	return nil
+}
+
+// addrInUseHint adds to err, when it is EADDRINUSE, what to do about it
+// on the same line: hint says who holds the address and which flags
+// choose another.
+func addrInUseHint(err error, hint string) error {
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return err
+	}
+	return fmt.Errorf("%w (%s)", err, hint)
+}
+
+// udpInUse and tcpInUse are addrInUseHint's hints for the RoCEv2 socket
+// and the out-of-band exchange's listener.
+const (
+	udpInUse = "another roce-emu, or rxe, already receives RoCEv2 on this address and port: stop it, or use --bind with another address (127.0.0.2, 127.0.0.3, ... on loopback) or another --udp-port on both sides"
+	tcpInUse = "another roce-emu or perftest/pingpong server already listens on this TCP port: stop it, or give both sides another -p"
+)
+
+// whyStopped is why a wait under ctx ended with err: the signal or the
+// --timeout that cancelled ctx (context.Cause), rather than what closing a
+// listener makes Accept say ("use of closed network connection").
+func whyStopped(ctx context.Context, err error) error {
+	if c := context.Cause(ctx); c != nil {
+		if errors.Is(c, context.DeadlineExceeded) {
+			return errors.New("--timeout expired")
+		}
+		return c
+	}
+	return err
+}

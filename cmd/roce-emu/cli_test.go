@@ -1,0 +1,224 @@
+package main
+
+import (
+	"net"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// cliCase is one command line, the exit code it must end with and a line
+// it must print (on stdout when out, else on stderr), whole or, with
+// prefix, its start.
+type cliCase struct {
+	name   string
+	args   []string
+	code   int
+	out    bool
+	line   string
+	prefix bool
+}
+
+func checkCLI(t *testing.T, c cliCase) {
+	t.Helper()
+	code, stdout, stderr := runCLI(t, c.args...)
+	assert.Equal(t, c.code, code, "exit code; stdout %q, stderr %q", stdout, stderr)
+	text := stderr
+	if c.out {
+		text = stdout
+	}
+	for _, l := range strings.Split(text, "\n") {
+		if l == c.line || (c.prefix && strings.HasPrefix(l, c.line)) {
+			return
+		}
+	}
+	t.Errorf("no line %q in %q (stdout %q)", c.line, text, stdout)
+}
+
+// Flags anywhere, as getopt takes them: before, between and after the
+// positional arguments; "--" ends the flags. 127.0.0.9 refuses the TCP
+// connection, so a command that got its host and -p says where it failed.
+func TestCLIFlagsAnywhere(t *testing.T) {
+	tcp, udp := freeTCPPort(t), freeUDPPort(t)
+	refused := func(cmd string) string {
+		if cmd == "client" {
+			return "roce-emu client: cannot reach the server's address exchange at 127.0.0.9:" + tcp + ": dial tcp 127.0.0.9:" + tcp + ": connect: connection refused"
+		}
+		return "roce-emu " + cmd + ": cannot reach the server at 127.0.0.9 port " + tcp + ": dial tcp 127.0.0.9:" + tcp + ": connect: connection refused"
+	}
+	for _, c := range []cliCase{
+		{name: "client host first", args: []string{"client", "127.0.0.9", "-n", "10", "-p", tcp, "--udp-port", udp}, code: 1, line: refused("client")},
+		{name: "client host last", args: []string{"client", "-n", "10", "-p", tcp, "--udp-port", udp, "127.0.0.9"}, code: 1, line: refused("client")},
+		{name: "client host between", args: []string{"client", "-n", "10", "127.0.0.9", "-p", tcp, "--udp-port", udp}, code: 1, line: refused("client")},
+		{name: "client two hosts", args: []string{"client", "127.0.0.9", "-p", tcp, "127.0.0.8"}, code: 2, line: "roce-emu client: give the server's host name or address"},
+		{name: "client -- ends flags", args: []string{"client", "-p", tcp, "--udp-port", udp, "--", "127.0.0.9", "-n"}, code: 2, line: "roce-emu client: give the server's host name or address"},
+		{name: "client bad flag after host", args: []string{"client", "127.0.0.9", "--nosuch"}, code: 2, line: "flag provided but not defined: -nosuch"},
+		{name: "bw host first, perftest flags after", args: []string{"bw", "127.0.0.9", "-d", "rxe0", "-x", "3", "-F", "-p", tcp, "--udp-port", udp}, code: 1, line: refused("bw")},
+		{name: "bw -- then host", args: []string{"bw", "-p", tcp, "--udp-port", udp, "--", "127.0.0.9"}, code: 1, line: refused("bw")},
+		{name: "lat host first", args: []string{"lat", "127.0.0.9", "-o", "send", "-s", "64", "-p", tcp, "--udp-port", udp}, code: 1, line: refused("lat")},
+		{name: "server argument after flags", args: []string{"server", "-p", tcp, "extra", "-n", "3"}, code: 2, line: `roce-emu server: unexpected argument "extra"`},
+		{name: "rping argument", args: []string{"rping", "-s", "extra", "-C", "1"}, code: 2, line: `roce-emu rping: unexpected argument "extra"`},
+		{name: "switch argument", args: []string{"switch", "extra", "--json"}, code: 2, line: `roce-emu switch: unexpected argument "extra"`},
+		{name: "demo argument", args: []string{"demo", "extra", "-n", "1"}, code: 2, line: `roce-emu demo: unexpected argument "extra"`},
+		{name: "dcqcn argument", args: []string{"dcqcn", "extra", "--json"}, code: 2, line: `roce-emu dcqcn: unexpected argument "extra"`},
+		{name: "conform host first", args: []string{"conform", "127.0.0.9", "127.0.0.8", "--self"}, code: 2, line: "roce-emu conform: --self takes no HOST", prefix: true},
+		{name: "decode file first", args: []string{"decode", "no-such.pcap", "--qp", "0x11"}, code: 1, line: "roce-emu decode: open no-such.pcap", prefix: true},
+		{name: "decode -- file", args: []string{"decode", "--json", "--", "-x.pcap"}, code: 1, line: "roce-emu decode: open -x.pcap", prefix: true},
+		{name: "analyze file first", args: []string{"analyze", "no-such.pcap", "--json"}, code: 1, line: "roce-emu analyze: open no-such.pcap", prefix: true},
+	} {
+		t.Run(c.name, func(t *testing.T) { checkCLI(t, c) })
+	}
+}
+
+func TestCLIHelpVersion(t *testing.T) {
+	version := "roce-emu github.com/roce-emu/roce-emu "
+	for _, c := range []cliCase{
+		{name: "help", args: []string{"help"}, code: 0, out: true, line: "usage: roce-emu COMMAND [flags] [args]"},
+		{name: "--help", args: []string{"--help"}, code: 0, out: true, line: "usage: roce-emu COMMAND [flags] [args]"},
+		{name: "help client", args: []string{"help", "client"}, code: 0, out: true, line: "usage: roce-emu client [flags] HOST"},
+		{name: "client -h", args: []string{"client", "-h"}, code: 0, line: "usage: roce-emu client [flags] HOST"},
+		{name: "help bw", args: []string{"help", "bw"}, code: 0, out: true, line: "usage: roce-emu bw [flags] [HOST]"},
+		{name: "help lat lists perftest flags", args: []string{"help", "lat"}, code: 0, out: true, line: "  -d device", prefix: true},
+		{name: "help decode", args: []string{"help", "decode"}, code: 0, out: true, line: "usage: roce-emu decode [--json] [--udp-port PORT] [--qp QPN] [--opcode OPCODE] FILE..."},
+		{name: "help switch", args: []string{"help", "switch"}, code: 0, out: true, line: "usage: roce-emu switch --receiver ADDR:PORT --link PORT=SENDER:PORT [--link ...] [flags]"},
+		{name: "help unknown", args: []string{"help", "nosuch"}, code: 2, line: `roce-emu help: unknown command "nosuch"; run 'roce-emu help' for the list`},
+		{name: "version", args: []string{"version"}, code: 0, out: true, line: version, prefix: true},
+		{name: "--version", args: []string{"--version"}, code: 0, out: true, line: version, prefix: true},
+		{name: "version extra", args: []string{"version", "x"}, code: 2, line: `roce-emu version: unexpected argument "x"`},
+	} {
+		t.Run(c.name, func(t *testing.T) { checkCLI(t, c) })
+	}
+	_, out, _ := runCLI(t, "version")
+	assert.True(t, strings.HasSuffix(strings.TrimSpace(out), " "+runtime.Version()), "ends with the Go version: %q", out)
+	assert.Contains(t, out, "(devel)", "a test binary has no module version")
+}
+
+// An address in use gets one line that names what holds it and what to
+// do.
+func TestCLIAddressInUse(t *testing.T) {
+	u, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	defer u.Close()
+	udp := strings.TrimPrefix(u.LocalAddr().String(), "127.0.0.1:")
+	l, err := net.Listen("tcp", ":0")
+	require.NoError(t, err)
+	defer l.Close()
+	tcp := strings.TrimPrefix(l.Addr().String(), "[::]:")
+	for _, c := range []cliCase{
+		{name: "bw udp", args: []string{"bw", "127.0.0.9", "--udp-port", udp}, code: 1,
+			line: "roce-emu bw: cannot listen on 127.0.0.1 UDP port " + udp + ": listen udp4 127.0.0.1:" + udp + ": bind: address already in use (" + udpInUse + ")"},
+		{name: "server udp", args: []string{"server", "--udp-port", udp}, code: 1,
+			line: "roce-emu server: cannot listen on 127.0.0.1 UDP port " + udp + ": listen udp4 127.0.0.1:" + udp + ": bind: address already in use (" + udpInUse + ")"},
+		{name: "bw tcp", args: []string{"bw", "-p", tcp, "--udp-port", freeUDPPort(t), "--timeout", "5s"}, code: 1,
+			line: "roce-emu bw: cannot listen on TCP port " + tcp + ": listen tcp :" + tcp + ": bind: address already in use (" + tcpInUse + ")"},
+		{name: "server tcp", args: []string{"server", "-p", tcp, "--udp-port", freeUDPPort(t), "--timeout", "5s"}, code: 1,
+			line: "roce-emu server: cannot listen for the address exchange on TCP port " + tcp + ": listen tcp :" + tcp + ": bind: address already in use (" + tcpInUse + ")"},
+	} {
+		t.Run(c.name, func(t *testing.T) { checkCLI(t, c) })
+	}
+}
+
+// startCLI runs a command line in the background; the channel gets its
+// exit code.
+func startCLI(args []string) (stdout, stderr *lockedBuffer, done chan int) {
+	stdout, stderr = &lockedBuffer{}, &lockedBuffer{}
+	done = make(chan int, 1)
+	go func() { done <- run(args, stdout, stderr) }()
+	return stdout, stderr, done
+}
+
+// waitFor waits until b holds s, failing after 10 s or when the command
+// ends first.
+func waitFor(t *testing.T, b, errb *lockedBuffer, done chan int, s string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(b.String(), s); {
+		select {
+		case code := <-done:
+			t.Fatalf("ended with %d before printing %q: %s %s", code, s, b.String(), errb.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+		require.True(t, time.Now().Before(deadline), "no %q in %q", s, b.String())
+	}
+}
+
+// A server waits for ever by default (perftest's and rc_pingpong's
+// behaviour), says so with perftest's banner, and SIGTERM, like SIGINT,
+// ends the wait with one line saying why.
+func TestCLIServerWaitsAndSignals(t *testing.T) {
+	for _, c := range []struct {
+		args   []string
+		banner string
+		sig    syscall.Signal
+		line   string
+	}{
+		{[]string{"bw", "-p", freeTCPPort(t), "--udp-port", freeUDPPort(t)}, "* Waiting for client to connect... *", syscall.SIGTERM,
+			"roce-emu bw: no client came: stopped by SIGTERM"},
+		{[]string{"lat", "-p", freeTCPPort(t), "--udp-port", freeUDPPort(t)}, "* Waiting for client to connect... *", syscall.SIGINT,
+			"roce-emu lat: no client came: stopped by SIGINT"},
+	} {
+		t.Run(strings.Join(c.args[:1], " "), func(t *testing.T) {
+			out, errb, done := startCLI(c.args)
+			waitFor(t, out, errb, done, c.banner)
+			select {
+			case code := <-done:
+				t.Fatalf("the server gave up (%d) with no --timeout: %s", code, errb.String())
+			case <-time.After(200 * time.Millisecond):
+			}
+			sendSignal(t, c.sig)
+			code := <-done
+			assert.Equal(t, 1, code)
+			assert.Equal(t, c.line+"\n", errb.String())
+		})
+	}
+}
+
+// SIGTERM in the middle of a ping-pong ends both sides with their
+// counters; the switch prints its final counters on SIGTERM as on SIGINT.
+func TestCLISignalsPrintCounters(t *testing.T) {
+	tcp, udp := freeTCPPort(t), freeUDPPort(t)
+	sout, serr, sdone := startCLI([]string{"server", "--bind", "127.0.0.2", "--udp-port", udp, "-p", tcp, "-n", "100000000"})
+	waitFor(t, sout, serr, sdone, "local address")
+	time.Sleep(50 * time.Millisecond) // listening
+	cout, cerr, cdone := startCLI([]string{"client", "--bind", "127.0.0.1", "--udp-port", udp, "-p", tcp, "-n", "100000000", "127.0.0.2"})
+	waitFor(t, cout, cerr, cdone, "remote address")
+	time.Sleep(200 * time.Millisecond)
+	sendSignal(t, syscall.SIGTERM)
+	for _, side := range []struct {
+		name string
+		done chan int
+		errb *lockedBuffer
+	}{{"server", sdone, serr}, {"client", cdone, cerr}} {
+		assert.Equal(t, 1, <-side.done, side.name)
+		assert.Regexp(t, `^roce-emu `+side.name+`: after [1-9][0-9]* sends and [1-9][0-9]* receives: stopped by SIGTERM \(QP RTS; sent [1-9][0-9]*, received [1-9][0-9]*, `, side.errb.String())
+	}
+
+	out, errb, done := startCLI([]string{"switch", "--addr", "127.0.0.100", "--link", freeUDPPort(t) + "=127.0.0.3:1", "--receiver", "127.0.0.4:2"})
+	waitFor(t, out, errb, done, "<-> sender")
+	time.Sleep(100 * time.Millisecond) // the switch listens for signals after printing its ports
+	sendSignal(t, syscall.SIGTERM)
+	select {
+	case code := <-done:
+		assert.Equal(t, 0, code)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the switch did not stop on SIGTERM")
+	}
+	assert.Contains(t, out.String(), "\nforwarded 0, returned 0, marked CE 0, dropped 0, pauses 0, queue 0 B (max 0 B)\n")
+}
+
+// sendSignal sends sig to this process, which a command under test
+// catches; the test catches it too, so that a command that has not yet
+// asked for it fails the test instead of killing it.
+func sendSignal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, sig)
+	t.Cleanup(func() { signal.Stop(c) })
+	require.NoError(t, syscall.Kill(syscall.Getpid(), sig))
+}
