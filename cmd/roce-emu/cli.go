@@ -16,6 +16,10 @@ import (
 	"runtime/debug"
 	"syscall"
 	"time"
+
+	"github.com/roce-emu/roce-emu/bth"
+	"github.com/roce-emu/roce-emu/qp"
+	"github.com/roce-emu/roce-emu/transport"
 )
 
 // parseInterspersed parses args as GNU getopt does (perftest's and
@@ -191,4 +195,63 @@ func whyStopped(ctx context.Context, err error) error {
 		return c
 	}
 	return err
+}
+
+// deadPathAfter is how many local ACK timeouts, with not one packet ever
+// received from the peer, make watchDeadPath speak: past the first
+// retries, well before retry_cnt (7) runs out or --timeout ends the run.
+const deadPathAfter = 3
+
+// watchDeadPath watches connected QPs and, when they have had
+// deadPathAfter ACK timeouts without ever receiving a packet from their
+// peer, says once on w what to check: the peer's RoCEv2 UDP port, the
+// address it announced, a firewall. It stops watching once a packet came;
+// the returned stop waits for the watcher to end.
+func watchDeadPath(ctx context.Context, w io.Writer, qps ...*transport.QP) (stop func()) {
+	if w == nil || len(qps) == 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			var timeouts, received uint64
+			for _, q := range qps {
+				c := q.Counters()
+				timeouts += c.LocalAckTimeoutErr
+				received += c.ReceivedPackets
+			}
+			if received > 0 {
+				return
+			}
+			if timeouts >= deadPathAfter {
+				fmt.Fprintln(w, deadPathLine(timeouts, qps[0].Attr().AV))
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-ended
+	}
+}
+
+// deadPathLine is watchDeadPath's line for a QP whose address vector is av.
+func deadPathLine(timeouts uint64, av qp.AddressVector) string {
+	port := av.Remote.Port()
+	if port == 0 {
+		port = bth.UDPPort
+	}
+	return fmt.Sprintf("roce-emu: %d ACK timeouts and not one RoCEv2 packet back from %s UDP port %d: check that the peer receives RoCEv2 on UDP port %d (--udp-port, the same on both sides; rxe uses 4791), that %s, the address it announced, is its own and reachable from this side's --bind address, and that no firewall drops UDP port %d",
+		timeouts, av.Remote.Addr(), port, port, av.Remote.Addr(), port)
 }

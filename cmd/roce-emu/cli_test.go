@@ -222,3 +222,33 @@ func sendSignal(t *testing.T, sig syscall.Signal) {
 	t.Cleanup(func() { signal.Stop(c) })
 	require.NoError(t, syscall.Kill(syscall.Getpid(), sig))
 }
+
+// A dead RoCE path (here the sides' --udp-port differ): after the first
+// ACK timeouts with nothing back, one line names what to check, long
+// before --timeout.
+func TestCLIDeadPath(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		server, client []string
+		ready          string
+	}{
+		{"bw", []string{"bw", "-o", "write"}, []string{"bw", "-o", "write"}, "Waiting for client to connect"},
+		{"pingpong", []string{"server"}, []string{"client"}, "local address"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tcp, sudp, cudp := freeTCPPort(t), freeUDPPort(t), freeUDPPort(t)
+			sout, serr, sdone := startCLI(append(c.server, "-p", tcp, "--udp-port", sudp, "--bind", "127.0.0.2", "--timeout", "20s"))
+			waitFor(t, sout, serr, sdone, c.ready)
+			time.Sleep(50 * time.Millisecond) // listening
+			cout, cerr, cdone := startCLI(append(c.client, "-p", tcp, "--udp-port", cudp, "--bind", "127.0.0.1", "--timeout", "20s", "127.0.0.2"))
+			line := "ACK timeouts and not one RoCEv2 packet back from 127.0.0.2 UDP port " + cudp
+			waitFor(t, cerr, cout, cdone, line)
+			assert.Regexp(t, `(?m)^roce-emu: [3-9] ACK timeouts and not one RoCEv2 packet back from 127\.0\.0\.2 UDP port `+cudp+
+				`: check that the peer receives RoCEv2 on UDP port `+cudp+` \(--udp-port, the same on both sides; rxe uses 4791\), that 127\.0\.0\.2, the address it announced, is its own and reachable from this side's --bind address, and that no firewall drops UDP port `+cudp+`$`, cerr.String())
+			sendSignal(t, syscall.SIGINT)
+			assert.Equal(t, 1, <-cdone)
+			assert.Equal(t, 1, <-sdone)
+			assert.Equal(t, 1, strings.Count(cerr.String(), "ACK timeouts and not one"), "said once")
+		})
+	}
+}

@@ -249,6 +249,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		}
 	}
 	r.q, r.remote = r.qps[0].q, r.qps[0].remote
+	defer watchDeadPath(ctx, f.stderr, r.q)()
 	// The barriers after connecting: one per QP and one of QP 0, in the
 	// order of the program (send_bw has QP 0's first).
 	if kind == "bw" && op == qp.IBV_WR_SEND {

@@ -318,6 +318,7 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) error {
 	for _, d := range remote {
 		fmt.Fprintf(out, "  remote address: %s\n", d)
 	}
+	defer watchDeadPath(ctx, f.stderr, r.qps...)()
 	secs, err := r.loop(ctx, mode == "client", remote)
 	if err != nil {
 		return err
