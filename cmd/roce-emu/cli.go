@@ -255,3 +255,89 @@ func deadPathLine(timeouts uint64, av qp.AddressVector) string {
 	return fmt.Sprintf("roce-emu: %d ACK timeouts and not one RoCEv2 packet back from %s UDP port %d: check that the peer receives RoCEv2 on UDP port %d (--udp-port, the same on both sides; rxe uses 4791), that %s, the address it announced, is its own and reachable from this side's --bind address, and that no firewall drops UDP port %d",
 		timeouts, av.Remote.Addr(), port, port, av.Remote.Addr(), port)
 }
+
+// mismatchRNRs is how many RNR NAKs, making at least half of all the
+// packets that came back, tell a SEND side that its peer posts no
+// receives at all (a side of -o write, read or atomic) rather than
+// being a little behind.
+const mismatchRNRs = 4
+
+// mismatchLinger is how long a side that found a mismatch keeps its QP
+// before stopping, so that the peer finds it too.
+const mismatchLinger = 250 * time.Millisecond
+
+// watchMismatch watches the QP of a perftest run (bw or lat) for the
+// signs of a peer that runs another test, since perftest's exchange
+// carries neither operation nor size: RNR NAKs sent by a side that posts
+// no receives (the peer sends SENDs to a WRITE, READ or atomic side);
+// nothing but RNR NAKs back at a SEND side (the peer posts no receives);
+// remote access errors answered (the peer's WRITE, READ or atomic goes
+// beyond the region this side advertised: another -s or -o). On the first
+// it says so in one line on w and cancels the returned context, with the
+// line as the cause. stop waits for the watcher to end.
+func watchMismatch(ctx context.Context, w io.Writer, kind string, op qp.WROpcode, f *perfFlags, q *transport.QP) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			msg := mismatchLine(op, f, q.Counters())
+			if msg != "" {
+				fmt.Fprintf(w, "roce-emu %s: %s\n", kind, msg)
+				// A moment for the peer to see the same before this
+				// side's QP goes.
+				select {
+				case <-time.After(mismatchLinger):
+				case <-done:
+				}
+				cancel(errMismatch)
+				return
+			}
+		}
+	}()
+	return ctx, func() {
+		close(done)
+		<-ended
+		cancel(context.Canceled)
+	}
+}
+
+// errMismatch is the cause of a run watchMismatch stopped.
+var errMismatch = errors.New("stopped: the peer runs another test (said above)")
+
+// mismatchLine is watchMismatch's line for counters c, or "".
+func mismatchLine(op qp.WROpcode, f *perfFlags, c qp.Counters) string {
+	side := fmt.Sprintf("this side's -o %s -s %d", f.op, f.size)
+	if f.all {
+		side = fmt.Sprintf("this side's -o %s -a", f.op)
+	}
+	switch {
+	case op != qp.IBV_WR_SEND && c.SendRNRErr > 0:
+		return fmt.Sprintf("the peer sends SENDs, which %s posts no receive for (%d RNR NAKs sent): start both sides with the same -o", side, c.SendRNRErr)
+	case op == qp.IBV_WR_SEND && c.RNRNakRetryErr >= mismatchRNRs && 2*c.RNRNakRetryErr >= c.ReceivedPackets:
+		return fmt.Sprintf("the peer answers %s with RNR NAKs (%d of %d packets back): it posts no receives, as a side of -o write, read or atomic: start both sides with the same -o", side, c.RNRNakRetryErr, c.ReceivedPackets)
+	case c.RespRemoteAccessErr > 0:
+		return fmt.Sprintf("the peer's requests go beyond the region %s advertised (%d remote access errors sent): start both sides with the same -o and -s (or -a on both)", side, c.RespRemoteAccessErr)
+	}
+	return ""
+}
+
+// remoteAccessLine is what a side whose request failed with
+// IBV_WC_REM_ACCESS_ERR adds to its error when it runs one size (-a has
+// its own hint): the peer's region is smaller, or it runs another test.
+func remoteAccessLine(failed qp.WCStatus, f *perfFlags) string {
+	if failed != qp.IBV_WC_REM_ACCESS_ERR || f.all {
+		return ""
+	}
+	return fmt.Sprintf(" (the peer refused a request of -s %d with a remote access error: its buffer is smaller, or it runs another -o: start both sides with the same -o and -s)", f.size)
+}

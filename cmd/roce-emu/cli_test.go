@@ -252,3 +252,39 @@ func TestCLIDeadPath(t *testing.T) {
 		})
 	}
 }
+
+// Sides that run different tests: perftest's exchange carries neither the
+// operation nor the size, so the symptoms are caught at once and named,
+// instead of minutes of RNR NAKs or a bare REM_ACCESS_ERR.
+func TestCLIPerftestMismatch(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		server, client []string
+		sline, cline   string // a line each side prints (sline "" : none checked)
+	}{
+		{"write server, send client", []string{"bw", "-o", "write", "-s", "4096"}, []string{"bw", "-o", "send", "-s", "4096"},
+			`roce-emu bw: the peer sends SENDs, which this side's -o write -s 4096 posts no receive for \(\d+ RNR NAKs sent\): start both sides with the same -o`,
+			`roce-emu bw: the peer answers this side's -o send -s 4096 with RNR NAKs \(\d+ of \d+ packets back\): it posts no receives, as a side of -o write, read or atomic: start both sides with the same -o`},
+		{"read server, send client", []string{"bw", "-o", "read", "-s", "4096"}, []string{"bw", "-o", "send", "-s", "4096"},
+			`roce-emu bw: the peer sends SENDs, which this side's -o read -s 4096 posts no receive for \(\d+ RNR NAKs sent\): start both sides with the same -o`,
+			`roce-emu bw: the peer answers this side's -o send -s 4096 with RNR NAKs \(\d+ of \d+ packets back\): it posts no receives, as a side of -o write, read or atomic: start both sides with the same -o`},
+		{"smaller server", []string{"bw", "-o", "write", "-s", "4096"}, []string{"bw", "-o", "write", "-s", "65536"}, "",
+			`roce-emu bw: after 0 of 1000 completions: work completion REM_ACCESS_ERR .* \(the peer refused a request of -s 65536 with a remote access error: its buffer is smaller, or it runs another -o: start both sides with the same -o and -s\)`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tcp, udp := freeTCPPort(t), freeUDPPort(t)
+			common := []string{"-p", tcp, "--udp-port", udp, "--timeout", "20s"}
+			sout, serr, sdone := startCLI(append(append(c.server, common...), "--bind", "127.0.0.2"))
+			waitFor(t, sout, serr, sdone, "Waiting for client to connect")
+			start := time.Now()
+			code, _, cerr := runCLI(t, append(append(c.client, common...), "--bind", "127.0.0.1", "127.0.0.2")...)
+			assert.Equal(t, 1, code)
+			assert.Regexp(t, "(?m)^"+c.cline+"$", cerr)
+			assert.Equal(t, 1, <-sdone)
+			if c.sline != "" {
+				assert.Regexp(t, "(?m)^"+c.sline+"$", serr.String())
+			}
+			assert.Less(t, time.Since(start), 5*time.Second, "said at once, not at --timeout")
+		})
+	}
+}

@@ -250,6 +250,9 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	}
 	r.q, r.remote = r.qps[0].q, r.qps[0].remote
 	defer watchDeadPath(ctx, f.stderr, r.q)()
+	ctx, stopMismatch := watchMismatch(ctx, f.stderr, kind, op, f, r.q)
+	defer stopMismatch()
+	r.ctx = ctx
 	// The barriers after connecting: one per QP and one of QP 0, in the
 	// order of the program (send_bw has QP 0's first).
 	if kind == "bw" && op == qp.IBV_WR_SEND {
@@ -447,7 +450,7 @@ func perftestConnect(q *transport.QP, local, rem oob.PerftestKey, peer func(neti
 func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string, client bool, f *perfFlags, out io.Writer) error {
 	gbits := f.gbits
 	fail := func(err error) error {
-		return fmt.Errorf("%v (QP %s; %s)", whyStopped(ctx, err), r.q.State(), describeCounters(r.q.Counters()))
+		return fmt.Errorf("%v (QP %s; %s)%s", whyStopped(ctx, err), r.q.State(), describeCounters(r.q.Counters()), remoteAccessLine(r.failed, f))
 	}
 	program := perftestProgram(kind, r.op)
 	switch {
@@ -604,7 +607,7 @@ func (r *perftestTraffic) repostAll() error {
 // is a barrier after each size too (perftest 4.6 and later).
 func (r *perftestTraffic) bidirBW(ctx context.Context, s *oob.Perftest, f *perfFlags, out io.Writer) error {
 	fail := func(err error) error {
-		return fmt.Errorf("%v (QP %s; %s)", whyStopped(ctx, err), r.q.State(), describeCounters(r.q.Counters()))
+		return fmt.Errorf("%v (QP %s; %s)%s", whyStopped(ctx, err), r.q.State(), describeCounters(r.q.Counters()), remoteAccessLine(r.failed, f))
 	}
 	sizes := []int{r.size}
 	if f.all {
