@@ -5,7 +5,9 @@ package main
 // SIGTERM) and the hint on an address in use.
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,6 +16,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -340,4 +343,123 @@ func remoteAccessLine(failed qp.WCStatus, f *perfFlags) string {
 		return ""
 	}
 	return fmt.Sprintf(" (the peer refused a request of -s %d with a remote access error: its buffer is smaller, or it runs another -o: start both sides with the same -o and -s)", f.size)
+}
+
+// jsonOut is --json on the commands that run traffic (server, client,
+// bw, lat): stdout gets one JSON object at the end, and the human text
+// that would have gone there goes to stderr, so that stdout can be piped
+// to jq as it is.
+type jsonOut struct {
+	on bool
+	w  io.Writer // stdout
+}
+
+func (j *jsonOut) register(fs *flag.FlagSet, what string) {
+	fs.BoolVar(&j.on, "json", false, "print "+what+" as one JSON object on stdout (64-bit counts as strings, as tshark's JSON; rates with their unit in the key), the text on stderr")
+}
+
+// text is where the human text goes: stderr under --json, else stdout.
+func (j *jsonOut) text(stdout, stderr io.Writer) io.Writer {
+	j.w = stdout
+	if j.on {
+		return stderr
+	}
+	return stdout
+}
+
+// emit writes v as one line of JSON, under --json.
+func (j *jsonOut) emit(v any) error {
+	if !j.on || j.w == nil {
+		return nil
+	}
+	return json.NewEncoder(j.w).Encode(v)
+}
+
+// countersJSON is a struct of counters (qp.Counters, transport.Stats) as
+// a JSON object under its own keys (the rxe and mlx5 names), every integer
+// a decimal string: tshark's JSON writes 64-bit fields so, since jq and
+// JavaScript read numbers as doubles, exact only below 2^53.
+func countersJSON(v any) (map[string]any, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var m map[string]any
+	if err := d.Decode(&m); err != nil {
+		return nil, err
+	}
+	for k, x := range m {
+		if n, ok := x.(json.Number); ok {
+			if _, err := strconv.ParseUint(string(n), 10, 64); err == nil {
+				m[k] = string(n)
+			}
+		}
+	}
+	return m, nil
+}
+
+// pingpongJSON is server's and client's --json object.
+type pingpongJSON struct {
+	Program    string         `json:"program"` // ibv_rc_pingpong, ibv_uc_pingpong, ibv_ud_pingpong or ibv_srq_pingpong
+	Role       string         `json:"role"`    // server or client
+	Size       int            `json:"size"`    // -s, bytes per message
+	Iters      int            `json:"iters"`   // -n
+	Bytes      string         `json:"bytes"`   // both directions, as rc_pingpong's "bytes in"
+	Seconds    float64        `json:"seconds"`
+	MbitPerSec float64        `json:"bandwidth_mbit_per_sec"` // rc_pingpong's Mbit/sec (10^6 bits)
+	UsecIter   float64        `json:"usec_per_iter"`
+	Counters   map[string]any `json:"counters"` // QP 0's (qp.Counters keys)
+	Endpoint   map[string]any `json:"endpoint"` // the RoCEv2 socket's (transport.Stats keys)
+}
+
+// emitPingpong writes server's and client's --json object.
+func emitPingpong(f *pingpongFlags, mode string, bytes int64, secs float64, c qp.Counters, st transport.Stats) error {
+	if !f.js.on {
+		return nil
+	}
+	cj, err := countersJSON(c)
+	if err != nil {
+		return err
+	}
+	sj, err := countersJSON(st)
+	if err != nil {
+		return err
+	}
+	return f.js.emit(pingpongJSON{Program: f.program(), Role: mode, Size: f.size, Iters: f.iters, Bytes: strconv.FormatInt(bytes, 10),
+		Seconds: secs, MbitPerSec: float64(bytes) * 8 / secs / 1e6, UsecIter: secs * 1e6 / float64(f.iters), Counters: cj, Endpoint: sj})
+}
+
+// perfJSONOut is bw's and lat's --json object: perftest's --out_json
+// object (its keys, BW_peak and BW_average in bw_unit), the unit, and QP
+// 0's counters.
+type perfJSONOut struct {
+	Perftest *perfJSON      `json:"perftest"`
+	BWUnit   string         `json:"bw_unit,omitempty"` // "MB/sec" (2^20 bytes) or "Gb/sec" (--report_gbits)
+	Counters map[string]any `json:"counters"`
+}
+
+// writePerfJSON writes --out_json's file and --json's object.
+func writePerfJSON(j *perfJSON, f *perfFlags, kind string, c qp.Counters) error {
+	if f.outJSON {
+		if err := j.write(f.jsonFile); err != nil {
+			return err
+		}
+	}
+	if !f.js.on {
+		return nil
+	}
+	cj, err := countersJSON(c)
+	if err != nil {
+		return err
+	}
+	o := perfJSONOut{Perftest: j, Counters: cj}
+	if kind == "bw" {
+		o.BWUnit = "MB/sec"
+		if f.gbits {
+			o.BWUnit = "Gb/sec"
+		}
+	}
+	return f.js.emit(o)
 }

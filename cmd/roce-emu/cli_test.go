@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net"
 	"os"
 	"os/signal"
@@ -285,6 +286,65 @@ func TestCLIPerftestMismatch(t *testing.T) {
 				assert.Regexp(t, "(?m)^"+c.sline+"$", serr.String())
 			}
 			assert.Less(t, time.Since(start), 5*time.Second, "said at once, not at --timeout")
+		})
+	}
+}
+
+// --json on server, client, bw and lat: stdout is one JSON object (the
+// text goes to stderr), 64-bit counts are strings, rates carry their unit.
+func TestCLIJSON(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		server, client []string
+		ready          string
+		check          func(t *testing.T, role string, m map[string]any)
+	}{
+		{"pingpong", []string{"server", "-n", "50"}, []string{"client", "-n", "50"}, "local address", func(t *testing.T, role string, m map[string]any) {
+			assert.Equal(t, "ibv_rc_pingpong", m["program"])
+			assert.Equal(t, role, m["role"])
+			assert.Equal(t, "409600", m["bytes"], "4096 bytes x 50 x 2, as a string")
+			assert.Greater(t, m["bandwidth_mbit_per_sec"], 0.0)
+			assert.Greater(t, m["usec_per_iter"], 0.0)
+			require.IsType(t, map[string]any{}, m["counters"])
+			assert.Equal(t, "250", m["counters"].(map[string]any)["sent_pkts"], "5 packets a message at MTU 1024, 50 messages")
+			require.IsType(t, map[string]any{}, m["endpoint"])
+			assert.Equal(t, "250", m["endpoint"].(map[string]any)["rx_datagrams"])
+		}},
+		{"bw", []string{"bw", "-o", "write", "-n", "50", "-s", "4096"}, []string{"bw", "-o", "write", "-n", "50", "-s", "4096"}, "Waiting for client", func(t *testing.T, role string, m map[string]any) {
+			assert.Equal(t, "MB/sec", m["bw_unit"])
+			require.IsType(t, map[string]any{}, m["perftest"])
+			p := m["perftest"].(map[string]any)
+			assert.Equal(t, "RDMA_Write_BW_Test", p["test_info"].(map[string]any)["test"])
+			assert.Equal(t, 4096.0, p["results"].(map[string]any)["MsgSize"])
+			k := "sent_pkts"
+			if role == "server" {
+				k = "rcvd_pkts"
+			}
+			assert.Equal(t, "200", m["counters"].(map[string]any)[k], "4 packets a WRITE at MTU 1024, 50 WRITEs")
+		}},
+		{"lat", []string{"lat", "-o", "send", "-n", "20", "-s", "64"}, []string{"lat", "-o", "send", "-n", "20", "-s", "64"}, "Waiting for client", func(t *testing.T, role string, m map[string]any) {
+			assert.NotContains(t, m, "bw_unit")
+			p := m["perftest"].(map[string]any)
+			assert.Equal(t, "Send_Latency_Test", p["test_info"].(map[string]any)["test"])
+			require.IsType(t, map[string]any{}, m["counters"])
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tcp, udp := freeTCPPort(t), freeUDPPort(t)
+			common := []string{"-p", tcp, "--udp-port", udp, "--timeout", "20s", "--json"}
+			sout, serr, sdone := startCLI(append(append(c.server, common...), "--bind", "127.0.0.2"))
+			waitFor(t, serr, sout, sdone, c.ready)
+			time.Sleep(50 * time.Millisecond)
+			code, cout, cerr := runCLI(t, append(append(c.client, common...), "--bind", "127.0.0.1", "127.0.0.2")...)
+			require.Equal(t, 0, code, cerr)
+			require.Equal(t, 0, <-sdone, serr.String())
+			for _, side := range []struct{ role, out string }{{"client", cout}, {"server", sout.String()}} {
+				assert.Equal(t, 1, strings.Count(side.out, "\n"), "one line of JSON on stdout: %q", side.out)
+				var m map[string]any
+				require.NoError(t, json.Unmarshal([]byte(side.out), &m), side.out)
+				c.check(t, side.role, m)
+			}
+			assert.Contains(t, cerr, "local", "the text went to stderr")
 		})
 	}
 }

@@ -40,6 +40,7 @@ type perfFlags struct {
 	infinite   bool // --run_infinitely
 	gbits      bool
 	outJSON    bool
+	js         jsonOut // --json
 	jsonFile   string
 	timeout    time.Duration
 	perftest   bool
@@ -236,6 +237,7 @@ func runPerf(kind string, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var f perfFlags
 	f.register(fs, kind)
+	f.js.register(fs, "perftest's --out_json object, the bandwidth unit and the counters")
 	usage := func() {
 		fmt.Fprintf(stderr, "usage: roce-emu %s [flags] [HOST]\n\n", kind)
 		if kind == "bw" {
@@ -299,7 +301,7 @@ func runPerf(kind string, args []string, stdout, stderr io.Writer) int {
 	for _, l := range f.noEffect {
 		fmt.Fprintf(stderr, "roce-emu %s: %s\n", kind, l)
 	}
-	if err := perftestRun(kind, host, op, mtu, &f, stdout); err != nil {
+	if err := perftestRun(kind, host, op, mtu, &f, f.js.text(stdout, stderr)); err != nil {
 		fmt.Fprintf(stderr, "roce-emu %s: %v\n", kind, err)
 		return 1
 	}

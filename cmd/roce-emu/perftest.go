@@ -298,7 +298,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 			return err
 		}
 	}
-	if f.outJSON {
+	if f.outJSON || f.js.on {
 		test := map[qp.WROpcode]string{qp.IBV_WR_SEND: "Send", qp.IBV_WR_RDMA_WRITE: "RDMA_Write", qp.IBV_WR_RDMA_READ: "RDMA_Read"}[op]
 		if isAtomic(op) {
 			test = "Atomic_" + atomicName(op)
@@ -319,7 +319,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		if kind == "bw" {
 			r.json.Info.TXDepth, r.json.Info.RXDepth = r.depth, r.rxDepth
 		}
-		if err := r.json.write(f.jsonFile); err != nil {
+		if err := writePerfJSON(&r.json, f, kind, r.q.Counters()); err != nil {
 			return err
 		}
 	}

@@ -39,6 +39,7 @@ type pingpongFlags struct {
 	// set records the flags given on the command line (defaults differ
 	// between the programs).
 	set map[string]bool
+	js  jsonOut // --json
 }
 
 // pingpongPage is the page size rc_pingpong's --chk pattern steps by:
@@ -144,6 +145,7 @@ func runPingpong(mode string, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var f pingpongFlags
 	f.register(fs)
+	f.js.register(fs, "the results and counters")
 	fs.Usage = func() {
 		if mode == "server" {
 			fmt.Fprintln(stderr, "usage: roce-emu server [flags]")
@@ -180,7 +182,7 @@ func runPingpong(mode string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "roce-emu %s: %v\n", mode, err)
 		return 2
 	}
-	if err := pingpong(mode, host, &f, stdout); err != nil {
+	if err := pingpong(mode, host, &f, f.js.text(stdout, stderr)); err != nil {
 		fmt.Fprintf(stderr, "roce-emu %s: %v\n", mode, err)
 		return 1
 	}
@@ -334,7 +336,7 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) error {
 		fmt.Fprintf(out, "dropped: %s\n", d)
 	}
 	fmt.Fprintf(out, "congestion (%s): %s\n", f.ccFlags.describe(), sumCC(r.qps))
-	return nil
+	return emitPingpong(f, mode, bytes, secs, r.counters(), ep.Stats())
 }
 
 // setup makes the buffer, CQ, SRQ and QPs, moves the QPs to INIT and
