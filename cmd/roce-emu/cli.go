@@ -463,3 +463,71 @@ func writePerfJSON(j *perfJSON, f *perfFlags, kind string, c qp.Counters) error 
 	}
 	return f.js.emit(o)
 }
+
+// isTerminal reports whether w is a terminal (a character device), as the
+// progress line asks of both stdout and stderr.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// progressEvery is how often the progress line is redrawn, and how long a
+// run goes before it first appears.
+const progressEvery = time.Second
+
+// watchProgress draws a progress line on w every progressEvery while a run
+// goes on, when on (stdout and stderr are terminals): the time so far and
+// the packets QPs sent, received and sent again. The line is drawn from
+// the first column, cleared to its end, and the cursor left at its start,
+// so that the next line the run prints overwrites it (it is shorter than
+// any result line). stop clears it.
+func watchProgress(ctx context.Context, on bool, w io.Writer, qps ...*transport.QP) (stop func()) {
+	if !on || w == nil || len(qps) == 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		drawn := false
+		defer func() {
+			if drawn {
+				fmt.Fprint(w, "\r\x1b[K")
+			}
+		}()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			var c qp.Counters
+			for _, q := range qps {
+				k := q.Counters()
+				c.SentPackets += k.SentPackets
+				c.ReceivedPackets += k.ReceivedPackets
+				c.RetransmittedPkts += k.RetransmittedPkts
+			}
+			fmt.Fprint(w, "\r\x1b[K"+progressLine(time.Since(start), c)+"\r")
+			drawn = true
+		}
+	}()
+	return func() {
+		close(done)
+		<-ended
+	}
+}
+
+// progressLine is the progress line's text.
+func progressLine(el time.Duration, c qp.Counters) string {
+	return fmt.Sprintf(" %4.0f s: packets sent %d, received %d, resent %d", el.Seconds(), c.SentPackets, c.ReceivedPackets, c.RetransmittedPkts)
+}

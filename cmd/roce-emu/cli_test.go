@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"net"
 	"os"
@@ -9,8 +10,11 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/roce-emu/roce-emu/qp"
+	"github.com/roce-emu/roce-emu/transport/transporttest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -347,4 +351,57 @@ func TestCLIJSON(t *testing.T) {
 			assert.Contains(t, cerr, "local", "the text went to stderr")
 		})
 	}
+}
+
+// The progress line: drawn only on terminals, from the first column,
+// cleared to its end, the cursor left at its start; shorter than a result
+// line so that the next line overwrites it.
+func TestCLIProgress(t *testing.T) {
+	var b lockedBuffer
+	assert.False(t, isTerminal(&b))
+	f, err := os.CreateTemp(t.TempDir(), "out")
+	require.NoError(t, err)
+	defer f.Close()
+	assert.False(t, isTerminal(f), "a file is not a terminal")
+	line := progressLine(12*time.Second+400*time.Millisecond, qp.Counters{SentPackets: 123456, ReceivedPackets: 123400, RetransmittedPkts: 7})
+	assert.Equal(t, "   12 s: packets sent 123456, received 123400, resent 7", line)
+	assert.Less(t, len(line), len(perfRule), "shorter than perftest's result lines")
+
+	// Drawn while the run goes, cleared when it ends.
+	tcp, udp := freeTCPPort(t), freeUDPPort(t)
+	sout, serr, sdone := startCLI([]string{"server", "--bind", "127.0.0.2", "--udp-port", udp, "-p", tcp, "-n", "100000000"})
+	waitFor(t, sout, serr, sdone, "local address")
+	time.Sleep(50 * time.Millisecond)
+	cout, cerr, cdone := startCLI([]string{"client", "--bind", "127.0.0.1", "--udp-port", udp, "-p", tcp, "-n", "100000000", "127.0.0.2"})
+	waitFor(t, cout, cerr, cdone, "remote address")
+	time.Sleep(100 * time.Millisecond)
+	assert.NotContains(t, cerr.String(), "packets sent", "no progress line off a terminal")
+	sendSignal(t, syscall.SIGINT)
+	<-sdone
+	<-cdone
+}
+
+// On a terminal the line is redrawn every second with the QP's counters
+// and cleared at the end (here in a synctest bubble, its clock fake).
+func TestCLIProgressDrawn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := transporttest.NewPair(t, transporttest.Config{})
+		src := p.A.Reg(make([]byte, 5000))
+		dst := p.B.Reg(make([]byte, 5000))
+		p.A.PostWrite(1, src, dst)
+		p.A.WaitOK(1)
+		var b lockedBuffer
+		stop := watchProgress(context.Background(), true, &b, p.A.QP)
+		time.Sleep(2500 * time.Millisecond)
+		stop()
+		assert.Equal(t, "\r\x1b[K    1 s: packets sent 5, received 1, resent 0\r"+
+			"\r\x1b[K    2 s: packets sent 5, received 1, resent 0\r"+
+			"\r\x1b[K", b.String())
+
+		b.Reset()
+		stop = watchProgress(context.Background(), false, &b, p.A.QP)
+		time.Sleep(2500 * time.Millisecond)
+		stop()
+		assert.Empty(t, b.String(), "off a terminal: nothing")
+	})
 }

@@ -39,6 +39,9 @@ type netFlags struct {
 	allowGID     bool
 	// stderr is where the Endpoint's warnings go (the flag set's output).
 	stderr io.Writer
+	// progress: draw a progress line on stderr (watchProgress), both
+	// stdout and stderr being terminals.
+	progress bool
 }
 
 type multiFlag []string

@@ -301,6 +301,7 @@ func runPerf(kind string, args []string, stdout, stderr io.Writer) int {
 	for _, l := range f.noEffect {
 		fmt.Fprintf(stderr, "roce-emu %s: %s\n", kind, l)
 	}
+	f.progress = isTerminal(stdout) && isTerminal(stderr)
 	if err := perftestRun(kind, host, op, mtu, &f, f.js.text(stdout, stderr)); err != nil {
 		fmt.Fprintf(stderr, "roce-emu %s: %v\n", kind, err)
 		return 1

@@ -250,6 +250,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	}
 	r.q, r.remote = r.qps[0].q, r.qps[0].remote
 	defer watchDeadPath(ctx, f.stderr, r.q)()
+	defer watchProgress(ctx, f.progress, f.stderr, r.q)()
 	ctx, stopMismatch := watchMismatch(ctx, f.stderr, kind, op, f, r.q)
 	defer stopMismatch()
 	r.ctx = ctx

@@ -182,6 +182,7 @@ func runPingpong(mode string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "roce-emu %s: %v\n", mode, err)
 		return 2
 	}
+	f.progress = isTerminal(stdout) && isTerminal(stderr)
 	if err := pingpong(mode, host, &f, f.js.text(stdout, stderr)); err != nil {
 		fmt.Fprintf(stderr, "roce-emu %s: %v\n", mode, err)
 		return 1
@@ -321,6 +322,7 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) error {
 		fmt.Fprintf(out, "  remote address: %s\n", d)
 	}
 	defer watchDeadPath(ctx, f.stderr, r.qps...)()
+	defer watchProgress(ctx, f.progress, f.stderr, r.qps...)()
 	secs, err := r.loop(ctx, mode == "client", remote)
 	if err != nil {
 		return err
