@@ -531,3 +531,64 @@ func watchProgress(ctx context.Context, on bool, w io.Writer, qps ...*transport.
 func progressLine(el time.Duration, c qp.Counters) string {
 	return fmt.Sprintf(" %4.0f s: packets sent %d, received %d, resent %d", el.Seconds(), c.SentPackets, c.ReceivedPackets, c.RetransmittedPkts)
 }
+
+// demoRecord is demo's --json object: a row per line of its table, then
+// the totals and both peers' counters. Counts are strings, as in the
+// other commands' JSON; nil records nothing (demo without --json).
+type demoRecord struct {
+	Rows          []demoRow      `json:"rows"`
+	Messages      int            `json:"messages"`
+	Bytes         string         `json:"bytes"`
+	Requester     map[string]any `json:"requester_counters"` // A's QP (qp.Counters keys)
+	Responder     map[string]any `json:"responder_counters"` // B's QP
+	Endpoint      map[string]any `json:"requester_endpoint"` // A's socket (transport.Stats keys)
+	InjectedDrops string         `json:"injected_drops"`     // packets --loss and --fault dropped, both ways
+	Capture       string         `json:"capture,omitempty"`  // the --pcap file
+}
+
+// demoRow is one line of demo's table; the counters are A's during the
+// line, under qp.Counters' keys.
+type demoRow struct {
+	Loss      float64  `json:"loss"`
+	Operation string   `json:"operation"`
+	Size      int      `json:"size"` // bytes per message
+	Msgs      int      `json:"msgs"`
+	TimeMs    float64  `json:"time_ms"`
+	Gbps      *float64 `json:"bandwidth_gbit_per_sec,omitempty"` // none for atomics
+	Retrans   string   `json:"retransmitted_pkts"`
+	SeqNAK    string   `json:"packet_seq_err"`
+	Timeout   string   `json:"local_ack_timeout_err"`
+	Implied   string   `json:"implied_nak_seq_err"`
+	Data      string   `json:"data"` // "verified": every byte checked
+}
+
+func (r *demoRecord) row(loss float64, op string, size, msgs int, el time.Duration, bw bool, before, c qp.Counters) {
+	if r == nil {
+		return
+	}
+	u := func(a, b uint64) string { return strconv.FormatUint(a-b, 10) }
+	row := demoRow{Loss: loss, Operation: op, Size: size, Msgs: msgs, TimeMs: float64(el.Microseconds()) / 1000,
+		Retrans: u(c.RetransmittedPkts, before.RetransmittedPkts), SeqNAK: u(c.PacketSeqErr, before.PacketSeqErr),
+		Timeout: u(c.LocalAckTimeoutErr, before.LocalAckTimeoutErr), Implied: u(c.ImpliedNakSeqErr, before.ImpliedNakSeqErr), Data: "verified"}
+	if bw {
+		g := float64(size*msgs) * 8 / el.Seconds() / 1e9
+		row.Gbps = &g
+	}
+	r.Rows = append(r.Rows, row)
+}
+
+func (r *demoRecord) finish(msgs, bytes int, a, b qp.Counters, st transport.Stats, drops uint64, capture string) error {
+	if r == nil {
+		return nil
+	}
+	var err error
+	r.Messages, r.Bytes, r.InjectedDrops, r.Capture = msgs, strconv.Itoa(bytes), strconv.FormatUint(drops, 10), capture
+	if r.Requester, err = countersJSON(a); err != nil {
+		return err
+	}
+	if r.Responder, err = countersJSON(b); err != nil {
+		return err
+	}
+	r.Endpoint, err = countersJSON(st)
+	return err
+}

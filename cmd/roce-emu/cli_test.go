@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -404,4 +405,33 @@ func TestCLIProgressDrawn(t *testing.T) {
 		stop()
 		assert.Empty(t, b.String(), "off a terminal: nothing")
 	})
+}
+
+// demo --json: a row per line of the table, the totals and counters, all
+// 64-bit counts as strings; the table itself goes to stderr.
+func TestCLIDemoJSON(t *testing.T) {
+	code, out, errOut := runCLI(t, "demo", "-n", "1", "--pcap", "", "--json", "--udp-port", freeUDPPort(t))
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, errOut, "every byte and every completion checked", "the text on stderr")
+	assert.Equal(t, 1, strings.Count(out, "\n"))
+	var rec struct {
+		Rows []map[string]any `json:"rows"`
+		demoRecord
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rec))
+	require.Len(t, rec.Rows, 38, "2 rounds of 3 operations x 6 sizes and the atomics")
+	first, atomics := rec.Rows[0], rec.Rows[18]
+	assert.Equal(t, "SEND", first["operation"])
+	assert.Equal(t, 1.0, first["size"])
+	assert.Equal(t, 0.0, first["loss"])
+	assert.IsType(t, "", first["retransmitted_pkts"])
+	assert.Contains(t, first, "bandwidth_gbit_per_sec")
+	assert.Equal(t, "FETCH_ADD+CMP_SWP", atomics["operation"])
+	assert.NotContains(t, atomics, "bandwidth_gbit_per_sec", "no rate for atomics, as the table's -")
+	assert.Equal(t, 0.02, rec.Rows[19]["loss"])
+	assert.Equal(t, 40, rec.Messages)
+	assert.Equal(t, strconv.Itoa(2*(1+1023+1024+1025+65536+1<<20)*3), rec.Bytes)
+	assert.IsType(t, "", rec.Requester["sent_pkts"])
+	assert.IsType(t, "", rec.Endpoint["rx_datagrams"])
+	assert.Empty(t, rec.Capture)
 }
