@@ -43,6 +43,9 @@ type netFlags struct {
 	// observe, when set, sees every datagram the Endpoint reads and
 	// writes (after the faults, as the capture).
 	observe transport.Observer
+	// progress: draw a progress line on stderr (watchProgress), both
+	// stdout and stderr being terminals.
+	progress bool
 }
 
 type multiFlag []string
@@ -134,7 +137,7 @@ func (n *netFlags) openEndpoint() (*transport.Endpoint, func(), error) {
 	}
 	conn, err := transport.ListenUDP(netip.AddrPortFrom(addr, uint16(n.udpPort)), transport.UDPOptions{ComputeUDPChecksum: n.csum})
 	if err != nil {
-		return nil, nil, fmt.Errorf("cannot listen on %s UDP port %d: %v", addr, n.udpPort, err)
+		return nil, nil, addrInUseHint(fmt.Errorf("cannot listen on %s UDP port %d: %w", addr, n.udpPort, err), udpInUse)
 	}
 	opts := n.endpointOptions()
 	var w *pcap.Writer
@@ -292,7 +295,7 @@ func since(t time.Time) float64 { return time.Since(t).Seconds() }
 // code to end with and false when the command should not go on (help: 0;
 // a bad flag: 2, the flag package having said why).
 func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
-	if err := fs.Parse(args); err != nil {
+	if err := parseInterspersed(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0, false
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -191,7 +192,11 @@ func selectCases(all []conform.Case, names string) ([]conform.Case, error) {
 }
 
 func printConform(w io.Writer, target string, rep conform.Report) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	// The rows are aligned as one table; each case's detail line goes
+	// under its row afterwards (a line without tabs would end the
+	// tabwriter's column block and misalign the rows after it).
+	var table bytes.Buffer
+	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CASE\tVERDICT\tFRAMES\tIBTA")
 	for _, r := range rep.Cases {
 		frames := make([]string, len(r.Frames))
@@ -199,11 +204,18 @@ func printConform(w io.Writer, target string, rep conform.Report) {
 			frames[i] = strconv.Itoa(n)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, r.Verdict, strings.Join(frames, ","), r.IBTA)
-		if r.Detail != "" {
-			fmt.Fprintf(tw, "  %s\n", r.Detail) // no tab: not a column
-		}
 	}
 	tw.Flush()
+	rows := strings.SplitAfter(table.String(), "\n")
+	io.WriteString(w, rows[0])
+	for i, r := range rep.Cases {
+		if i+1 < len(rows) {
+			io.WriteString(w, rows[i+1])
+		}
+		if r.Detail != "" {
+			fmt.Fprintf(w, "  %s\n", r.Detail)
+		}
+	}
 	fmt.Fprintf(w, "%s: %d passed, %d failed, %d n/a", target, rep.Passed, rep.Failed, rep.NA)
 	if rep.NotRun > 0 {
 		fmt.Fprintf(w, " (%d of them not run)", rep.NotRun)

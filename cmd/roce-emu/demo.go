@@ -30,6 +30,8 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	count := fs.Int("n", 16, "messages per operation and size")
 	seed := fs.Uint64("seed", 1, "random `seed` of the loss")
 	var faultSpecs multiFlag
+	var js jsonOut
+	js.register(fs, "the table and the counters")
 	fs.Var(&faultSpecs, "fault", "inject a fault in both rounds, as ACTION[:KEY=VALUE,...] (repeatable; see README)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: roce-emu demo [flags]")
@@ -81,7 +83,15 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	if err := demo(*addrA, *addrB, uint16(*port), *pcapFile, int64(*pcapLimit)<<20, *loss, rules, mtu, *count, *seed, stdout); err != nil {
+	var rec *demoRecord
+	if js.on {
+		rec = &demoRecord{}
+	}
+	if err := demo(*addrA, *addrB, uint16(*port), *pcapFile, int64(*pcapLimit)<<20, *loss, rules, mtu, *count, *seed, js.text(stdout, stderr), rec); err != nil {
+		fmt.Fprintf(stderr, "roce-emu demo: %v\n", err)
+		return 1
+	}
+	if err := js.emit(rec); err != nil {
 		fmt.Fprintf(stderr, "roce-emu demo: %v\n", err)
 		return 1
 	}
@@ -97,7 +107,7 @@ type demoPeer struct {
 	mr  *qp.MR
 }
 
-func demo(a, b string, port uint16, pcapFile string, pcapLimit int64, loss float64, rules []*transport.FaultRule, mtu qp.MTU, count int, seed uint64, out io.Writer) error {
+func demo(a, b string, port uint16, pcapFile string, pcapLimit int64, loss float64, rules []*transport.FaultRule, mtu qp.MTU, count int, seed uint64, out io.Writer, rec *demoRecord) error {
 	sizes := []int{1, mtu.Bytes() - 1, mtu.Bytes(), mtu.Bytes() + 1, 64 << 10, 1 << 20}
 	maxSize := sizes[len(sizes)-1]
 	faults := transport.NewFaults(seed)
@@ -190,6 +200,7 @@ func demo(a, b string, port uint16, pcapFile string, pcapLimit int64, loss float
 				fmt.Fprintf(out, "%-6g %-16s %8d %5d %8.2fms %9.3f %8d %8d %8d %8d  verified\n", l, op, n, count, float64(el.Microseconds())/1000,
 					float64(n*count)*8/el.Seconds()/1e9, c.RetransmittedPkts-before.RetransmittedPkts, c.PacketSeqErr-before.PacketSeqErr,
 					c.LocalAckTimeoutErr-before.LocalAckTimeoutErr, c.ImpliedNakSeqErr-before.ImpliedNakSeqErr)
+				rec.row(l, op.String(), n, count, el, true, before, c)
 				bounded.noteStop(out)
 				totalMsgs += count
 				totalBytes += n * count
@@ -204,6 +215,7 @@ func demo(a, b string, port uint16, pcapFile string, pcapLimit int64, loss float
 		c := A.qp.Counters()
 		fmt.Fprintf(out, "%-6g %-16s %8d %5d %8.2fms %9s %8d %8d %8d %8d  verified\n", l, "FETCH_ADD+CMP_SWP", 8, 2*count, float64(el.Microseconds())/1000, "-",
 			c.RetransmittedPkts-before.RetransmittedPkts, c.PacketSeqErr-before.PacketSeqErr, c.LocalAckTimeoutErr-before.LocalAckTimeoutErr, c.ImpliedNakSeqErr-before.ImpliedNakSeqErr)
+		rec.row(l, "FETCH_ADD+CMP_SWP", 8, 2*count, el, false, before, c)
 		bounded.noteStop(out)
 		totalMsgs += 2 * count
 	}
@@ -214,6 +226,9 @@ func demo(a, b string, port uint16, pcapFile string, pcapLimit int64, loss float
 	fmt.Fprintf(out, "B (responder): %s\n", describeCounters(cb))
 	sa := A.ep.Stats()
 	fmt.Fprintf(out, "A's ICRC checks: %d datagrams received, %d bad ICRC; injected loss dropped %d packets\n", sa.Received, sa.BadICRC, faults.Dropped[transport.Out]+faults.Dropped[transport.In])
+	if err := rec.finish(totalMsgs, totalBytes, ca, cb, sa, faults.Dropped[transport.Out]+faults.Dropped[transport.In], map[bool]string{true: pcapFile}[capture != nil]); err != nil {
+		return err
+	}
 	if capture != nil {
 		if err := capture.Flush(); err != nil {
 			return fmt.Errorf("writing %s: %v", pcapFile, err)

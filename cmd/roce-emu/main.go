@@ -42,7 +42,10 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nrun 'roce-emu COMMAND -h' for a command's flags")
+	fmt.Fprintf(w, "  %-10s %s\n", "help", "help COMMAND: COMMAND's usage and flags (as roce-emu COMMAND -h)")
+	fmt.Fprintf(w, "  %-10s %s\n", "version", "the module version, VCS revision and Go version (also --version)")
+	fmt.Fprintln(w, "\nflags may come before or after the arguments, as getopt takes them; -- ends the flags")
+	fmt.Fprintln(w, "run 'roce-emu help COMMAND' or 'roce-emu COMMAND -h' for a command's flags")
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -53,9 +56,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	switch args[0] {
-	case "help", "-h", "--help", "-help":
+	case "-h", "--help", "-help":
 		usage(stdout)
 		return 0
+	case "help":
+		return runHelp(args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		return runVersion(args[1:], stdout, stderr)
 	}
 	for _, c := range commands {
 		if c.name == args[0] {

@@ -41,6 +41,7 @@ type perfFlags struct {
 	infinite   bool // --run_infinitely
 	gbits      bool
 	outJSON    bool
+	js         jsonOut // --json
 	jsonFile   string
 	timeout    time.Duration
 	perftest   bool
@@ -137,7 +138,7 @@ func (f *perfFlags) register(fs *flag.FlagSet, kind string) {
 	fs.BoolVar(&f.gbits, "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
 	fs.BoolVar(&f.outJSON, "out_json", false, "also write the test's parameters and last result to --out_json_file, with perftest's keys")
 	fs.StringVar(&f.jsonFile, "out_json_file", "perftest_out.json", "the `file` --out_json writes (perftest's default name)")
-	fs.DurationVar(&f.timeout, "timeout", 120*time.Second, "give up when the run takes longer than this")
+	fs.DurationVar(&f.timeout, "timeout", 0, "give up when the run, the wait for a client included, takes longer than this (0: never; perftest waits for ever)")
 	fs.IntVar(&f.maxCycle, "max-cycle-buffer", oob.DefaultCycleBufferLimit, "the largest cycle buffer in `bytes` the peer may ask for (perftest sends its page size; each QP's advertised region is at least this large); up to 1073741824")
 	fs.BoolVar(&f.perftest, "perftest", true, "accepted for compatibility: bw and lat always speak perftest 6.06's out-of-band protocol")
 	for _, ne := range perftestNoEffect {
@@ -241,6 +242,7 @@ func runPerf(kind string, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var f perfFlags
 	f.register(fs, kind)
+	f.js.register(fs, "perftest's --out_json object, the bandwidth unit and the counters")
 	usage := func() {
 		fmt.Fprintf(stderr, "usage: roce-emu %s [flags] [HOST]\n\n", kind)
 		if kind == "bw" {
@@ -304,7 +306,8 @@ func runPerf(kind string, args []string, stdout, stderr io.Writer) int {
 	for _, l := range f.noEffect {
 		fmt.Fprintf(stderr, "roce-emu %s: %s\n", kind, l)
 	}
-	if err := perftestRun(kind, host, op, mtu, &f, stdout); err != nil {
+	f.progress = isTerminal(stdout) && isTerminal(stderr)
+	if err := perftestRun(kind, host, op, mtu, &f, f.js.text(stdout, stderr)); err != nil {
 		fmt.Fprintf(stderr, "roce-emu %s: %v\n", kind, err)
 		var intr *interruptedError
 		if errors.As(err, &intr) {

@@ -101,7 +101,7 @@ func perftestDial(ctx context.Context, host string, port int, out io.Writer) (ne
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(port))
 	if err != nil {
-		return nil, fmt.Errorf("cannot listen on TCP port %d: %v", port, err)
+		return nil, addrInUseHint(fmt.Errorf("cannot listen on TCP port %d: %w", port, err), tcpInUse)
 	}
 	fmt.Fprintln(out, "\n************************************")
 	fmt.Fprintln(out, "* Waiting for client to connect... *")
@@ -111,7 +111,7 @@ func perftestDial(ctx context.Context, host string, port int, out io.Writer) (ne
 	c, err := l.Accept()
 	l.Close()
 	if err != nil {
-		return nil, fmt.Errorf("no client came: %v", err)
+		return nil, fmt.Errorf("no client came: %v", whyStopped(ctx, err))
 	}
 	return c, nil
 }
@@ -137,7 +137,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 			r.free()
 		}
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+	ctx, cancel := runContext(f.timeout)
 	defer cancel()
 	ctx, intr, stopSignals := withSignals(ctx)
 	defer stopSignals()
@@ -157,7 +157,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		if !f.rdmaCM && !f.rdmaCMz {
 			cmDetail = "stopped"
 		}
-		err = &interruptedError{sig: sig, detail: cmDetail}
+		err = &interruptedError{sig: sig, detail: cmDetail, cause: err}
 	}()
 
 	var s *oob.Perftest
@@ -296,6 +296,11 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		}
 	}
 	r.q, r.remote = r.qps[0].q, r.qps[0].remote
+	defer watchDeadPath(ctx, f.stderr, r.q)()
+	defer watchProgress(ctx, f.progress, f.stderr, r.q)()
+	ctx, stopMismatch := watchMismatch(ctx, f.stderr, kind, op, f, r.q)
+	defer stopMismatch()
+	r.ctx = ctx
 	// The barriers after connecting: one per QP and one of QP 0, in the
 	// order of the program (send_bw has QP 0's first).
 	if kind == "bw" && op == qp.IBV_WR_SEND {
@@ -341,7 +346,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 			return err
 		}
 	}
-	if f.outJSON {
+	if f.outJSON || f.js.on {
 		test := map[qp.WROpcode]string{qp.IBV_WR_SEND: "Send", qp.IBV_WR_RDMA_WRITE: "RDMA_Write", qp.IBV_WR_RDMA_READ: "RDMA_Read"}[op]
 		if isAtomic(op) {
 			test = "Atomic_" + atomicName(op)
@@ -362,7 +367,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		if kind == "bw" {
 			r.json.Info.TXDepth, r.json.Info.RXDepth = r.depth, r.rxDepth
 		}
-		if err := r.json.write(f.jsonFile); err != nil {
+		if err := writePerfJSON(&r.json, f, kind, r.q.Counters()); err != nil {
 			return err
 		}
 	}
@@ -492,7 +497,7 @@ func perftestConnect(q *transport.QP, local, rem oob.PerftestKey, peer func(neti
 func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string, client bool, f *perfFlags, out io.Writer) error {
 	gbits := f.gbits
 	fail := func(err error) error {
-		return fmt.Errorf("%v (QP %s; %s; drops and refusals: %s)", err, qpStateWhy(r.q), describeCounters(r.q.Counters()), describeDrops(r.q.Counters(), r.ep.Stats(), r.cq))
+		return fmt.Errorf("%v (QP %s; %s; drops and refusals: %s)%s", whyStopped(ctx, err), qpStateWhy(r.q), describeCounters(r.q.Counters()), describeDrops(r.q.Counters(), r.ep.Stats(), r.cq), remoteAccessLine(r.failed, f))
 	}
 	program := perftestProgram(kind, r.op)
 	switch {
@@ -649,7 +654,7 @@ func (r *perftestTraffic) repostAll() error {
 // is a barrier after each size too (perftest 4.6 and later).
 func (r *perftestTraffic) bidirBW(ctx context.Context, s *oob.Perftest, f *perfFlags, out io.Writer) error {
 	fail := func(err error) error {
-		return fmt.Errorf("%v (QP %s; %s; drops and refusals: %s)", err, qpStateWhy(r.q), describeCounters(r.q.Counters()), describeDrops(r.q.Counters(), r.ep.Stats(), r.cq))
+		return fmt.Errorf("%v (QP %s; %s; drops and refusals: %s)%s", whyStopped(ctx, err), qpStateWhy(r.q), describeCounters(r.q.Counters()), describeDrops(r.q.Counters(), r.ep.Stats(), r.cq), remoteAccessLine(r.failed, f))
 	}
 	sizes := []int{r.size}
 	if f.all {

@@ -42,6 +42,7 @@ type pingpongFlags struct {
 	// set records the flags given on the command line (defaults differ
 	// between the programs).
 	set map[string]bool
+	js  jsonOut // --json
 }
 
 // pingpongPage is the page size rc_pingpong's --chk pattern steps by:
@@ -69,7 +70,7 @@ func (f *pingpongFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.mtu, "m", 1024, "path `MTU` (256, 512, 1024, 2048 or 4096); with --connection UD the port's active MTU, which bounds -s: by default derived from the --bind address's link MTU as rxe does (less 80 bytes of headers, rounded down)")
 	fs.IntVar(&f.rxDepth, "r", 500, "receive queue depth (--srq: the SRQ's)")
 	fs.IntVar(&f.gidIdx, "g", 1, "local GID index; roce-emu's GID table holds the --bind address at 0 and 1 (as ::ffff:a.b.c.d for IPv4)")
-	fs.DurationVar(&f.timeout, "timeout", 60*time.Second, "give up when the run takes longer than this")
+	fs.DurationVar(&f.timeout, "timeout", 0, "give up when the run, the wait for a client included, takes longer than this (0: never; rc_pingpong waits for ever)")
 	fs.BoolVar(&f.chk, "c", false, "validate the received buffer as the pingpong programs' --chk: the client zeroes the first byte of every 4096-byte page before it sends, the server checks those bytes at the end")
 	fs.BoolVar(&f.events, "e", false, "accepted for compatibility: roce-emu always sleeps until a completion arrives (as the pingpong programs' -e do), it never busy-polls")
 	fs.IntVar(&f.sl, "l", 0, "service `level` (0-15), accepted for compatibility: a RoCEv2 packet has no field for it (no LRH)")
@@ -151,6 +152,7 @@ func runPingpong(mode string, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var f pingpongFlags
 	f.register(fs)
+	f.js.register(fs, "the results and counters")
 	fs.Usage = func() {
 		if mode == "server" {
 			fmt.Fprintln(stderr, "usage: roce-emu server [flags]")
@@ -187,7 +189,8 @@ func runPingpong(mode string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "roce-emu %s: %v\n", mode, err)
 		return 2
 	}
-	if err := pingpong(mode, host, &f, stdout); err != nil {
+	f.progress = isTerminal(stdout) && isTerminal(stderr)
+	if err := pingpong(mode, host, &f, f.js.text(stdout, stderr)); err != nil {
 		fmt.Fprintf(stderr, "roce-emu %s: %v\n", mode, err)
 		var intr *interruptedError
 		if errors.As(err, &intr) {
@@ -263,7 +266,7 @@ type pingpongRun struct {
 
 func pingpong(mode, host string, f *pingpongFlags, out io.Writer) (err error) {
 	mtu, _ := mtuFlag(f.mtu)
-	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+	ctx, cancel := runContext(f.timeout)
 	defer cancel()
 	// A peer of another --connection: its first packet ends the run
 	// with a hint, instead of a hang until --timeout.
@@ -302,7 +305,7 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) (err error) {
 	defer func() {
 		if sig := intr.caught(); sig != nil {
 			fmt.Fprintf(f.stderr, "roce-emu %s: qp counters: %s\n", mode, describeCounters(r.counters()))
-			err = &interruptedError{sig: sig, detail: "stopped"}
+			err = &interruptedError{sig: sig, detail: "stopped", cause: err}
 		}
 	}()
 	if f.srq {
@@ -355,6 +358,8 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) (err error) {
 				mode, pingpongQuiet, f.program(), f.udpPort)
 		}
 	}
+	defer watchDeadPath(ctx, f.stderr, r.qps...)()
+	defer watchProgress(ctx, f.progress, f.stderr, r.qps...)()
 	secs, err := r.loop(ctx, mode == "client", remote, quiet)
 	if err != nil {
 		return err
@@ -368,7 +373,10 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) (err error) {
 	fmt.Fprintf(out, "counters: %s\n", describeCounters(r.counters()))
 	fmt.Fprintf(out, "congestion (%s): %s\n", f.ccFlags.describe(), sumCC(r.qps))
 	fmt.Fprintf(out, "drops and refusals: %s\n", describeDrops(r.counters(), ep.Stats(), r.cq))
-	return qpErrors(r.qps...)
+	if err := qpErrors(r.qps...); err != nil {
+		return err
+	}
+	return emitPingpong(f, mode, bytes, secs, r.counters(), ep.Stats())
 }
 
 // setup makes the buffer, CQ, SRQ and QPs, moves the QPs to INIT and
@@ -561,7 +569,7 @@ func (r *pingpongRun) loop(ctx context.Context, client bool, remote []oob.Dest, 
 			}
 		}
 		if err != nil {
-			return 0, fmt.Errorf("after %d sends and %d receives: %v (QP %s; %s; drops and refusals: %s)", scnt, rcnt, err, qpStateWhy(r.qps[0]), describeCounters(r.counters()), describeDrops(r.counters(), r.ep.Stats(), r.cq))
+			return 0, fmt.Errorf("after %d sends and %d receives: %v (QP %s; %s; drops and refusals: %s)", scnt, rcnt, whyStopped(ctx, err), qpStateWhy(r.qps[0]), describeCounters(r.counters()), describeDrops(r.counters(), r.ep.Stats(), r.cq))
 		}
 		for _, c := range wc[:n] {
 			if c.Status != qp.IBV_WC_SUCCESS {
@@ -654,7 +662,7 @@ func pingpongConn(ctx context.Context, client bool, host string, port int) (net.
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(port))
 	if err != nil {
-		return nil, fmt.Errorf("cannot listen for the address exchange on TCP port %d: %v", port, err)
+		return nil, addrInUseHint(fmt.Errorf("cannot listen for the address exchange on TCP port %d: %w", port, err), tcpInUse)
 	}
 	defer l.Close()
 	stop := context.AfterFunc(ctx, func() { l.Close() })
@@ -662,7 +670,7 @@ func pingpongConn(ctx context.Context, client bool, host string, port int) (net.
 	c, err := l.Accept()
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("no client connected to TCP port %d within --timeout", port)
+			return nil, fmt.Errorf("no client connected to TCP port %d: %v", port, whyStopped(ctx, err))
 		}
 		return nil, fmt.Errorf("waiting for a client on TCP port %d: %v", port, err)
 	}

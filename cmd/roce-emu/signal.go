@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -28,14 +30,23 @@ var signalSource = func() (sigs <-chan os.Signal, stop func()) {
 
 // interrupt records the signal that stopped a run.
 type interrupt struct {
-	mu  sync.Mutex
-	sig os.Signal
+	mu     sync.Mutex
+	sig    os.Signal
+	parent context.Context
 }
 
-// caught returns the signal that came, or nil.
+// caught returns the signal that came, or nil: to this interrupt, or to
+// the run's context (runContext) that withSignals wraps, whichever saw it
+// first.
 func (i *interrupt) caught() os.Signal {
 	i.mu.Lock()
 	defer i.mu.Unlock()
+	if i.sig == nil && i.parent != nil {
+		var s *signalStop
+		if errors.As(context.Cause(i.parent), &s) {
+			i.sig = s.sig
+		}
+	}
 	return i.sig
 }
 
@@ -44,8 +55,12 @@ func (i *interrupt) caught() os.Signal {
 // end the process, comes back).
 func withSignals(parent context.Context) (ctx context.Context, intr *interrupt, stop func()) {
 	ctx, cancel := context.WithCancel(parent)
+	intr = &interrupt{parent: parent}
+	if parent.Value(signalsHandled{}) != nil {
+		// runContext listens already: its cause names the signal.
+		return ctx, intr, cancel
+	}
 	sigs, stopSigs := signalSource()
-	intr = &interrupt{}
 	done := make(chan struct{})
 	go func() {
 		select {
@@ -71,9 +86,17 @@ func withSignals(parent context.Context) (ctx context.Context, intr *interrupt, 
 type interruptedError struct {
 	sig    os.Signal
 	detail string
+	// cause is the run's own error, when it had one: with no rdma_cm
+	// connection to report (detail "stopped"), it says where the run
+	// stood: "interrupted by SIGTERM: stopped (no client came)".
+	cause error
 }
 
 func (e *interruptedError) Error() string {
+	if e.detail == "stopped" && e.cause != nil {
+		m := strings.TrimSuffix(e.cause.Error(), ": stopped by "+signalName(e.sig))
+		return fmt.Sprintf("interrupted by %s: stopped (%s)", signalName(e.sig), m)
+	}
 	return fmt.Sprintf("interrupted by %s: %s", signalName(e.sig), e.detail)
 }
 

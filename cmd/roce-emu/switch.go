@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/roce-emu/roce-emu/cc"
@@ -131,7 +132,7 @@ func runSwitch(args []string, stdout, stderr io.Writer) int {
 			st.Pauses, st.NotRoCE, st.BadICRC, st.QueueBytes, st.QueueMax, st.HeldBytes, st.HeldMax)
 	}
 	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, os.Interrupt)
+	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(stop)
 	var end <-chan time.Time
 	if *dur > 0 {

@@ -661,3 +661,34 @@ func TestCMExchangeRejectMRA(t *testing.T) {
 	assert.Equal(t, "REQ sent", s.CM[1].State)
 	assert.Equal(t, hostB, s.CM[1].Active)
 }
+
+// Packets missing from the capture leave a message's place unknown: a
+// Middle after a gap is no opcode-sequence error, nor is the Last that
+// follows a go-back-N resend of its message's First and Middles (both
+// seen in chapter 3 of docs/learn: a dropped Middle, a dropped Last).
+func TestOpcodeSequenceAcrossGapsAndResends(t *testing.T) {
+	w := newWire(t, analyze.Config{PathMTU: 1024})
+	w.send(0, hostA, hostB, bth.ECT0, req(bth.RCWriteFirst, 100, 1024, false))
+	// 101 (a Middle) is not in the capture.
+	w.send(time.Microsecond, hostA, hostB, bth.ECT0, req(bth.RCWriteMiddle, 102, 1024, false))
+	w.send(time.Microsecond, hostA, hostB, bth.ECT0, req(bth.RCWriteLast, 103, 8, true))
+	// A second WRITE whose Last never reached the capture; the ACK timer
+	// resends First and Middles, then the Last goes out for the first time.
+	w.send(time.Microsecond, hostA, hostB, bth.ECT0, req(bth.RCWriteFirst, 104, 1024, false))
+	w.send(time.Microsecond, hostA, hostB, bth.ECT0, req(bth.RCWriteMiddle, 105, 1024, false))
+	w.send(time.Millisecond, hostA, hostB, bth.ECT0, req(bth.RCWriteFirst, 104, 1024, false))
+	w.send(time.Microsecond, hostA, hostB, bth.ECT0, req(bth.RCWriteMiddle, 105, 1024, false))
+	w.send(time.Microsecond, hostA, hostB, bth.ECT0, req(bth.RCWriteLast, 106, 8, true))
+	// A real error is still one: a Last with no First.
+	orphan := w.send(time.Microsecond, hostA, hostB, bth.ECT0, req(bth.RCWriteLast, 107, 8, true))
+	c := w.report().Connections[0]
+	var seq []analyze.Check
+	for _, k := range c.Checks {
+		if k.Kind == "opcode sequence" {
+			seq = append(seq, k)
+		}
+	}
+	require.Len(t, seq, 1, "%v", c.Checks)
+	assert.Equal(t, orphan, seq[0].Frame)
+	assert.Equal(t, 3, c.Messages)
+}

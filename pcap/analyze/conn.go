@@ -34,8 +34,11 @@ type conn struct {
 	messages map[string]int
 	nmsg     int
 	inMsg    bth.Operation // the operation of a message begun and not ended
-	mtu      int
-	mtuFixed bool
+	// seqUnknown: PSNs are missing from the capture just before, so the
+	// next packet's place in its message cannot be checked.
+	seqUnknown bool
+	mtu        int
+	mtuFixed   bool
 
 	resent       int
 	resentBytes  uint64
@@ -279,7 +282,7 @@ func (c *conn) request(a *Analyzer, frame int, rec *pcap.Record) {
 		if u > c.high+1 && !gapOK {
 			c.check(a, frame, "warning", "PSN sequence",
 				fmt.Sprintf("PSN %d after %d: %d PSNs not in the capture", h.PSN, c.highPSN, u-c.high-1))
-			c.inMsg = 0
+			c.seqUnknown = true
 			if len(c.unseen) < maxUnseen {
 				c.unseen = append(c.unseen, psnSpan{c.high + 1, u - 1})
 			}
@@ -366,8 +369,11 @@ func (c *conn) request(a *Analyzer, frame int, rec *pcap.Record) {
 		c.nak, c.impliedAt = nil, nil
 		c.flushEpisode(a)
 		c.ep = &e
-		c.inMsg = 0
 	}
+	// A resent packet goes on (or begins) the message it belongs to: the
+	// opcode sequence of the next new PSN follows it.
+	c.seqUnknown = false
+	c.trackMessage(info)
 	c.ep.PacketsResent++
 	c.ep.BytesResent += uint64(rec.PayloadLen)
 	c.epNext = u + 1
@@ -434,6 +440,11 @@ func (c *conn) newMessage(info *bth.OpInfo) {
 // under way (IBTA 9.8.3): Middle and Last follow a First or Middle of the
 // same operation; First and Only do not interrupt a message.
 func (c *conn) checkOpcodeSequence(a *Analyzer, frame int, info *bth.OpInfo) {
+	if c.seqUnknown {
+		c.seqUnknown = false
+		c.trackMessage(info)
+		return
+	}
 	switch info.Pos {
 	case bth.PosMiddle, bth.PosLast:
 		if c.inMsg != info.Op {
@@ -444,6 +455,11 @@ func (c *conn) checkOpcodeSequence(a *Analyzer, frame int, info *bth.OpInfo) {
 			c.check(a, frame, "error", "opcode sequence", fmt.Sprintf("%s while a %s message is not finished", info.Short, c.inMsg))
 		}
 	}
+	c.trackMessage(info)
+}
+
+// trackMessage notes whether a message is under way after a packet.
+func (c *conn) trackMessage(info *bth.OpInfo) {
 	switch info.Pos {
 	case bth.PosFirst, bth.PosMiddle:
 		c.inMsg = info.Op
