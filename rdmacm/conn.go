@@ -64,7 +64,8 @@ func (c *Conn) wait(ctx context.Context) error {
 		if !c.finished {
 			c.abandoned = true
 			c.finishLocked(ctx.Err())
-			s.toErrLocked(c)
+			// Destroyed, not moved to ERR: its WQEs go without
+			// completions (see dropAttemptLocked).
 			s.destroyQPLocked(c)
 			s.mu.Unlock()
 			return ctx.Err()

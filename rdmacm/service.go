@@ -404,20 +404,17 @@ func (s *Service) handleEventLocked(now time.Time, ev cm.Event) {
 		c.finishLocked(nil)
 	case cm.EventRejected:
 		c.finishLocked(&RejectError{Reason: ev.Reason, PrivateData: append([]byte(nil), ev.PrivateData...)})
-		s.toErrLocked(c)
-		delete(s.conns, c.id)
+		s.dropAttemptLocked(c)
 	case cm.EventUnreachable:
 		c.finishLocked(ErrUnreachable)
-		s.toErrLocked(c)
-		delete(s.conns, c.id)
+		s.dropAttemptLocked(c)
 	case cm.EventConnectError:
 		err := c.applyErr
 		if err == nil {
 			err = ErrClosed
 		}
 		c.finishLocked(fmt.Errorf("%w: the REP's values do not suit the QP (a REJ went to the peer): %w", ErrConnectError, err))
-		s.toErrLocked(c)
-		delete(s.conns, c.id)
+		s.dropAttemptLocked(c)
 	case cm.EventDisconnected:
 		c.finishLocked(ErrClosed)
 		// Disconnected first: whoever sees a flushed completion of the
@@ -442,6 +439,16 @@ func (s *Service) applyLocked(q *transport.QP, p *cm.QPParams) error {
 	}
 	a, m = p.RTSAttr()
 	return q.Modify(&a, m)
+}
+
+// dropAttemptLocked ends a connection attempt that failed before Dial or
+// Accept handed its QP out: the QP is destroyed, not moved to ERR, so its
+// posted WQEs go without completions (ibv_destroy_qp) and nothing of the
+// failed attempt reaches the CQs the caller shares with its next
+// connection (s.mu held).
+func (s *Service) dropAttemptLocked(c *Conn) {
+	s.destroyQPLocked(c)
+	delete(s.conns, c.id)
 }
 
 func (s *Service) toErrLocked(c *Conn) {
@@ -650,7 +657,9 @@ func (l *Listener) Port() uint16 { return l.port }
 // values the QP does not take is rejected (consumer defined, as
 // rdma_accept) and one whose REP the peer rejects or never answers is
 // dropped; each is counted (Stats.AcceptFailures) and Accept waits for
-// the next. Errors: ErrClosed, ctx's, the QP's creation, and p's values
+// the next. The QP of a request that failed is destroyed without
+// completions (see the package doc): p's CQs hold nothing of it. Errors:
+// ErrClosed, ctx's, the QP's creation, and p's values
 // (too much private data) after rejecting the request.
 func (l *Listener) Accept(ctx context.Context, p ConnParams) (*Conn, error) {
 	s := l.s
