@@ -116,3 +116,56 @@ func TestFailedAcceptLeavesNoCompletions(t *testing.T) {
 		require.NoError(t, out.c.Close())
 	})
 }
+
+// A DREQ for a connection Accept answered with a REP, before its RTU:
+// the peer gets its DREP, the attempt is counted as failed and Accept
+// takes the next request; the Listener and the Service stay open.
+func TestDREQBeforeRTUKeepsAccepting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := transport.NewNetwork(transport.Impairments{Delay: 10 * time.Microsecond}, 1)
+		a := newSide(t, n, "192.0.2.1", "")
+		b := newSide(t, n, "192.0.2.2", "")
+		g := rawPeer(t, n)
+		l, err := b.svc.Listen(7174)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		type res struct {
+			c   *rdmacm.Conn
+			err error
+		}
+		ch := make(chan res, 1)
+		go func() {
+			c, err := l.Accept(ctx, b.params(nil))
+			ch <- res{c, err}
+		}()
+		to := b.svc.LocalAddr()
+		g.Send(to, badREQ(t, 0x73, to, func(*cm.REQ) {}))
+		_, msg := recvMsg(t, g)
+		rep, ok := msg.(*cm.REP)
+		require.True(t, ok, "a REP, not %v", msg.Attr())
+		dreq, err := cm.AppendMAD(nil, 0x9001, &cm.DREQ{LocalCommID: 0x73, RemoteCommID: rep.LocalCommID, RemoteQPN: rep.LocalQPN})
+		require.NoError(t, err)
+		g.Send(to, dreq)
+		_, msg = recvMsg(t, g)
+		_, ok = msg.(*cm.DREP)
+		require.True(t, ok, "a DREP, not %v", msg.Attr())
+		synctest.Wait()
+		select {
+		case r := <-ch:
+			t.Fatalf("Accept returned on a DREQ before the RTU: %v", r.err)
+		default:
+		}
+		assert.Equal(t, uint64(1), b.svc.Stats().AcceptFailures)
+		assert.Zero(t, b.svc.Stats().QPs, "the attempt's QP is destroyed")
+
+		client, err := a.svc.Dial(ctx, to, 7174, a.params(nil))
+		require.NoError(t, err)
+		out := <-ch
+		require.NoError(t, out.err, "Accept went on to the good client")
+		transfer(t, a, b, client, out.c, 3)
+		require.NoError(t, client.Disconnect(ctx))
+		require.NoError(t, client.Close())
+		require.NoError(t, out.c.Close())
+	})
+}

@@ -63,6 +63,10 @@ var (
 	// ErrRejected: the peer answered with a REJ; the error is a
 	// *RejectError carrying the reason.
 	ErrRejected = errors.New("rdmacm: connection rejected")
+	// ErrPeerDisconnected: the peer sent a DREQ for a connection Accept
+	// had answered with a REP before its RTU came (a DREP went back);
+	// Accept goes on to the next request.
+	ErrPeerDisconnected = errors.New("rdmacm: the peer disconnected before the connection was established (a DREQ before the RTU)")
 	// ErrConnectError: the peer's REP came with values the QP did not
 	// take; the peer got a REJ (consumer defined) instead of the RTU
 	// (RDMA_CM_EVENT_CONNECT_ERROR).
@@ -416,7 +420,17 @@ func (s *Service) handleEventLocked(now time.Time, ev cm.Event) {
 		c.finishLocked(fmt.Errorf("%w: the REP's values do not suit the QP (a REJ went to the peer): %w", ErrConnectError, err))
 		s.dropAttemptLocked(c)
 	case cm.EventDisconnected:
-		c.finishLocked(ErrClosed)
+		if !c.finished {
+			// A DREQ before the RTU: the attempt failed, the Service
+			// did not close (Accept takes the next request).
+			c.finishLocked(ErrPeerDisconnected)
+			if !c.disconnected {
+				c.disconnected = true
+				close(c.disc)
+			}
+			s.destroyQPLocked(c)
+			return
+		}
 		// Disconnected first: whoever sees a flushed completion of the
 		// QP's move to ERR finds the channel closed.
 		if !c.disconnected {
@@ -655,12 +669,13 @@ func (l *Listener) Port() uint16 { return l.port }
 // One bad request does not end Accept: a REQ that fails the CM's checks
 // never reaches it (see cm.Manager: a REJ went out), a request whose
 // values the QP does not take is rejected (consumer defined, as
-// rdma_accept) and one whose REP the peer rejects or never answers is
+// rdma_accept) and one whose REP the peer rejects or never answers, or
+// whose peer sends a DREQ before the RTU (ErrPeerDisconnected), is
 // dropped; each is counted (Stats.AcceptFailures) and Accept waits for
 // the next. The QP of a request that failed is destroyed without
 // completions (see the package doc): p's CQs hold nothing of it. Errors:
-// ErrClosed, ctx's, the QP's creation, and p's values
-// (too much private data) after rejecting the request.
+// ErrClosed, ctx's, the QP's creation, and p's values (too much private
+// data) after rejecting the request.
 func (l *Listener) Accept(ctx context.Context, p ConnParams) (*Conn, error) {
 	s := l.s
 	for {
@@ -730,9 +745,10 @@ func (l *Listener) Accept(ctx context.Context, p ConnParams) (*Conn, error) {
 		s.pumpLocked(now)
 		s.mu.Unlock()
 		if err := c.wait(ctx); err != nil {
-			if ctx.Err() == nil && (errors.Is(err, ErrRejected) || errors.Is(err, ErrUnreachable)) {
-				// The peer refused our REP or never answered it: that
-				// request is over; wait for the next.
+			if ctx.Err() == nil && (errors.Is(err, ErrRejected) || errors.Is(err, ErrUnreachable) || errors.Is(err, ErrPeerDisconnected)) {
+				// The peer refused our REP, never answered it or
+				// disconnected before its RTU: that request is over;
+				// wait for the next.
 				s.mu.Lock()
 				s.acceptFailures++
 				s.mu.Unlock()
