@@ -169,3 +169,67 @@ func TestDREQBeforeRTUKeepsAccepting(t *testing.T) {
 		require.NoError(t, out.c.Close())
 	})
 }
+
+// Giving up a connection attempt tells the peer, as rdma_destroy_id does
+// on a program's exit: a Dial whose context ends while its REQ is
+// unanswered sends a REJ (timeout, ARI the CA GUID); an Accept whose
+// context ends while its REP waits for the RTU sends a REJ (consumer
+// defined). Both are counted (Stats.Abandoned) and Drain returns once
+// they are sent.
+func TestAbandonedAttemptsSendREJ(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := transport.NewNetwork(transport.Impairments{Delay: 10 * time.Microsecond}, 1)
+		b := newSide(t, n, "192.0.2.2", "")
+		g := rawPeer(t, n)
+		peer := netip.MustParseAddr("192.0.2.3")
+
+		ctx, cancel := context.WithCancel(context.Background())
+		dialed := make(chan error, 1)
+		go func() {
+			_, err := b.svc.Dial(ctx, peer, 7174, b.params(nil))
+			dialed <- err
+		}()
+		_, msg := recvMsg(t, g)
+		req, ok := msg.(*cm.REQ)
+		require.True(t, ok, "a REQ, not %v", msg.Attr())
+		cancel()
+		require.ErrorIs(t, <-dialed, context.Canceled)
+		dctx, dcancel := context.WithTimeout(context.Background(), time.Second)
+		defer dcancel()
+		require.NoError(t, b.svc.Drain(dctx))
+		_, msg = recvMsg(t, g)
+		rej, ok := msg.(*cm.REJ)
+		require.True(t, ok, "a REJ for the abandoned REQ, not %v", msg.Attr())
+		assert.Equal(t, cm.RejTimeout, rej.Reason)
+		assert.Equal(t, req.LocalCommID, rej.LocalCommID)
+		assert.Equal(t, uint8(cm.MsgOther), rej.MessageRejected)
+		assert.Equal(t, uint64(1), b.svc.Stats().Abandoned)
+		assert.Zero(t, b.svc.Stats().QPs)
+
+		l, err := b.svc.Listen(7174)
+		require.NoError(t, err)
+		actx, acancel := context.WithCancel(context.Background())
+		accepted := make(chan error, 1)
+		go func() {
+			_, err := l.Accept(actx, b.params(nil))
+			accepted <- err
+		}()
+		to := b.svc.LocalAddr()
+		g.Send(to, badREQ(t, 0x73, to, func(*cm.REQ) {}))
+		_, msg = recvMsg(t, g)
+		rep, ok := msg.(*cm.REP)
+		require.True(t, ok, "a REP, not %v", msg.Attr())
+		acancel()
+		require.ErrorIs(t, <-accepted, context.Canceled)
+		require.NoError(t, b.svc.Drain(dctx))
+		_, msg = recvMsg(t, g)
+		rej, ok = msg.(*cm.REJ)
+		require.True(t, ok, "a REJ for the abandoned REP, not %v", msg.Attr())
+		assert.Equal(t, cm.RejConsumer, rej.Reason)
+		assert.Equal(t, rep.LocalCommID, rej.LocalCommID)
+		assert.Equal(t, uint32(0x73), rej.RemoteCommID)
+		assert.Equal(t, uint64(2), b.svc.Stats().Abandoned)
+		assert.Equal(t, uint64(2), b.svc.Stats().CM.RejectsSent)
+		assert.Zero(t, b.svc.Stats().QPs)
+	})
+}

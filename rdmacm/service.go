@@ -97,6 +97,11 @@ type Stats struct {
 	// not take the REQ's values (a REJ went out), or the peer rejected or
 	// never answered the REP.
 	AcceptFailures uint64
+	// Abandoned counts connection attempts whose Dial or Accept context
+	// ended before the connection was established: each was withdrawn
+	// with a REJ to the peer (reason timeout for a REQ, consumer defined
+	// for a REP), as rdma_destroy_id does.
+	Abandoned uint64
 	// QP1 are the GSI QP's counters: QKeyViolations counts datagrams
 	// to QP1 whose Q_Key is not 0x80010000 (dropped before the Manager).
 	QP1 qp.Counters
@@ -127,9 +132,12 @@ type Service struct {
 	recvErrs  uint64
 	// acceptFailures: requests Accept gave up on and went past
 	acceptFailures uint64
-	closed         bool
-	cancel         context.CancelFunc
-	done           chan struct{}
+	abandoned      uint64
+	// sent is signalled when QP1's send completions come (Drain)
+	sent   chan struct{}
+	closed bool
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 const sendWRIDFlag = 1 << 32
@@ -139,7 +147,8 @@ const sendWRIDFlag = 1 << 32
 // that is not unicast, QP1 already existing on ep, or the QP's.
 func New(ep *transport.Endpoint, cfg Config) (*Service, error) {
 	s := &Service{ep: ep, cfg: cfg, clock: cfg.Clock, local: cfg.LocalAddr, udpPort: cfg.UDPPort,
-		listeners: map[uint64]*Listener{}, conns: map[uint32]*Conn{}, done: make(chan struct{})}
+		listeners: map[uint64]*Listener{}, conns: map[uint32]*Conn{}, done: make(chan struct{}),
+		sent: make(chan struct{}, 1)}
 	if s.clock == nil {
 		s.clock = transport.SystemClock
 	}
@@ -236,7 +245,7 @@ func (s *Service) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return Stats{CM: s.mgr.Counters(), Connections: s.mgr.Len(), QPs: s.qps, SendErrors: s.sendErrs, RecvErrors: s.recvErrs,
-		AcceptFailures: s.acceptFailures, QP1: s.qp1.Counters()}
+		AcceptFailures: s.acceptFailures, Abandoned: s.abandoned, QP1: s.qp1.Counters()}
 }
 
 // run reads QP1's completions until ctx ends.
@@ -259,6 +268,10 @@ func (s *Service) run(ctx context.Context) {
 				s.freeSend = append(s.freeSend, int(wc.WRID&^sendWRIDFlag))
 				if wc.Status != qp.IBV_WC_SUCCESS {
 					s.sendErrs++
+				}
+				select {
+				case s.sent <- struct{}{}:
+				default:
 				}
 				continue
 			}
@@ -476,6 +489,33 @@ func (s *Service) destroyQPLocked(c *Conn) {
 		c.qpDestroyed = true
 		c.qp.Destroy()
 		s.qps--
+	}
+}
+
+// Drain waits until QP1 has sent every MAD the Manager queued (each send
+// WQE completed), so that a REJ or DREQ just queued leaves before Close;
+// a program that gives up a connection attempt calls it, bounded by ctx,
+// before it exits. Errors: ctx's (MADs still unsent), ErrClosed.
+func (s *Service) Drain(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return ErrClosed
+		}
+		s.pumpLocked(s.clock.Now())
+		// pumpLocked stops with free send WQEs only when the Manager's
+		// queue is empty: all free means nothing is queued or in flight.
+		idle := len(s.freeSend) == s.cfg.SendWRs
+		s.mu.Unlock()
+		if idle {
+			return nil
+		}
+		select {
+		case <-s.sent:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 

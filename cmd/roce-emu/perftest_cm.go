@@ -99,8 +99,12 @@ func perftestCMConnect(ctx context.Context, ep *transport.Endpoint, f *perfFlags
 		c.conn, err = l.Accept(ctx, params)
 		l.Close()
 		if err != nil {
+			err = fmt.Errorf("no client came over rdma_cm: %w", err)
+			if d := drainCM(svc); d != "" {
+				err = fmt.Errorf("%w (%s)", err, d)
+			}
 			svc.Close()
-			return nil, fmt.Errorf("no client came over rdma_cm: %w", err)
+			return nil, err
 		}
 		c.peer = c.conn.RemoteAddr()
 		return c, nil
@@ -110,8 +114,12 @@ func perftestCMConnect(ctx context.Context, ep *transport.Endpoint, f *perfFlags
 		return nil, err
 	}
 	if c.conn, err = svc.Dial(ctx, c.peer, c.port, params); err != nil {
+		err = fmt.Errorf("cannot reach the server at %s rdma_cm port %d: %w", c.peer, c.port, err)
+		if d := drainCM(svc); d != "" {
+			err = fmt.Errorf("%w (%s)", err, d)
+		}
 		svc.Close()
-		return nil, fmt.Errorf("cannot reach the server at %s rdma_cm port %d: %w", c.peer, c.port, err)
+		return nil, err
 	}
 	return c, nil
 }
@@ -277,6 +285,9 @@ func (c *perftestCM) close() (detail string, err error) {
 	comm, _ := disconnectCM(c.conn)
 	if len(c.data) == 0 {
 		detail = comm
+	}
+	if d := drainCM(c.svc); d != "" {
+		detail += "; " + d
 	}
 	c.svc.Close()
 	if missing > 0 {

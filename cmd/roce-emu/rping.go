@@ -182,6 +182,8 @@ func (f *rpingFlags) run() (err error) {
 			detail, _ = disconnectCM(s.conn)
 			qpc = describeCounters(s.conn.QP().Counters())
 			s.conn.Close()
+		} else if d := drainCM(svc); d != "" {
+			detail = d
 		}
 		sig := intr.caught()
 		f.debugf("cm counters: %s\n", cmCounters(svc.Stats()))

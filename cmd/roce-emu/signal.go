@@ -160,3 +160,21 @@ func cmCounters(st rdmacm.Stats) string {
 		c.DropBadGID, c.DropBadTransport, c.DropBadPrivateData, c.NoListener, st.AcceptFailures,
 		c.DropMalformed+c.DropUnknownAttr+c.DropUnknownConn+c.DropBadState+c.DropBadQPN+c.DropQueueFull)
 }
+
+// drainCM waits, at most cmDisconnectWait, until the REJs of connection
+// attempts given up (a signal or --timeout while a REQ or a REP waited
+// for its answer) have left QP1, so that the peer learns of it before the
+// Service closes, as Linux's rdma_destroy_id at exit tells it. It reports
+// what happened, one phrase, or "" when no attempt was given up.
+func drainCM(svc *rdmacm.Service) string {
+	n := svc.Stats().Abandoned
+	if n == 0 {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cmDisconnectWait)
+	defer cancel()
+	if err := svc.Drain(ctx); err != nil {
+		return fmt.Sprintf("%d rdma_cm connection attempt(s) given up, the REJ not sent within %v", n, cmDisconnectWait)
+	}
+	return fmt.Sprintf("%d rdma_cm connection attempt(s) given up, the peer told with a REJ", n)
+}
