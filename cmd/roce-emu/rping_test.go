@@ -272,3 +272,27 @@ func TestRpingGivingUpSendsREJ(t *testing.T) {
 	assert.Equal(t, cm.RejConsumer, rej.Reason)
 	assert.Equal(t, rep.LocalCommID, rej.LocalCommID)
 }
+
+// rping -c whose DREP is lost (the server answered and exited) waits for
+// it at most cmDisconnectWait, not through all the DREQ's retries, says
+// so and ends well: the pings were done.
+func TestRpingClientLostDREP(t *testing.T) {
+	udp := freeUDPPort(t)
+	var wg sync.WaitGroup
+	var sout, serr lockedBuffer
+	var scode int
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		scode = run([]string{"rping", "-s", "-d", "--bind", "127.0.0.2", "--udp-port", udp, "-p", "7180", "--timeout", "60s"}, &sout, &serr)
+	}()
+	waitFor(t, "the server to listen", func() bool { return strings.Contains(sout.String(), "listening on") })
+	var cout, cerr bytes.Buffer
+	// The client's second CM MAD in is the DREP (the first the REP).
+	ccode := run([]string{"rping", "-c", "--bind", "127.0.0.1", "--udp-port", udp, "-a", "127.0.0.2", "-p", "7180",
+		"-C", "2", "-V", "--fault", "drop:dir=in,opcode=UD_SEND_ONLY,nth=2", "--timeout", "60s"}, &cout, &cerr)
+	wg.Wait()
+	assert.Equal(t, 0, scode, "server: %s", serr.String())
+	require.Equal(t, 0, ccode, "client: %s", cerr.String())
+	assert.Contains(t, cerr.String(), "client DISCONNECT: no DREP from the server within 2s; disconnected without it")
+}
