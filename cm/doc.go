@@ -23,7 +23,9 @@
 // must run next. Listen registers a service ID; Dial starts a connection
 // (active side: IDLE -> REQ_SENT -> ESTABLISHED), Accept or Reject
 // answers EventConnectRequest (passive side: REQ_RCVD -> REP_SENT ->
-// ESTABLISHED), Disconnect sends a DREQ (DREQ_SENT -> TIMEWAIT -> IDLE);
+// ESTABLISHED), Abandon withdraws a connection not yet established with a
+// REJ (the consumer gave up, as Linux's cm_destroy_id), Disconnect sends a
+// DREQ (DREQ_SENT -> TIMEWAIT -> IDLE);
 // a DREQ from the peer is answered with a DREP at once (TIMEWAIT). REQs,
 // REPs and DREQs are resent after the CM response timeout (4.096 us *
 // 2^timeout plus two packet lifetimes) up to MaxCMRetries times; then a

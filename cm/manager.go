@@ -636,6 +636,42 @@ func (m *Manager) Reject(now time.Time, id uint32, reason RejectReason, privateD
 	return nil
 }
 
+// Abandon gives up a connection that is not yet established, as Linux's
+// cm_destroy_id does when the consumer destroys its ID (rdma_destroy_id
+// after a signal or a timeout of its own): a REQ still unanswered
+// (REQ_SENT, MRA_REQ_RCVD) is withdrawn with a REJ of reason timeout whose
+// ARI is this CA's GUID, the connection forgotten; a connect request not
+// yet answered (REQ_RCVD, MRA_REQ_SENT) is refused as by Reject with
+// reason consumer defined; a REP whose RTU has not come (REP_SENT,
+// MRA_REP_RCVD) is withdrawn with a REJ of reason consumer defined, the
+// connection kept in TIMEWAIT (its QP may have sent packets). No event
+// follows. Errors: ErrNoConnection, ErrState (the connection is
+// established or closing: use Disconnect).
+func (m *Manager) Abandon(now time.Time, id uint32) error {
+	c, err := m.lookup(id)
+	if err != nil {
+		return err
+	}
+	switch c.state {
+	case StateREQSent, StateMRAREQRcvd:
+		rej := &REJ{LocalCommID: c.localID, RemoteCommID: c.remoteID, MessageRejected: MsgOther,
+			Reason: RejTimeout, ARILength: 8}
+		binary.BigEndian.PutUint64(rej.ARI[:], m.cfg.CAGUID)
+		m.counters.RejectsSent++
+		m.send(c.peer, c.tid, rej)
+		m.remove(c)
+	case StateREQRcvd, StateMRAREQSent:
+		return m.Reject(now, id, RejConsumer, nil)
+	case StateREPSent, StateMRAREPRcvd:
+		m.counters.RejectsSent++
+		m.send(c.peer, c.tid, &REJ{LocalCommID: c.localID, RemoteCommID: c.remoteID, MessageRejected: MsgOther, Reason: RejConsumer})
+		m.enterTimeWait(now, c)
+	default:
+		return fmt.Errorf("%w: Abandon in %v", ErrState, c.state)
+	}
+	return nil
+}
+
 // Disconnect starts closing an established connection (ESTABLISHED ->
 // DREQ_SENT; also from REP_SENT, when the RTU was lost): it queues a DREQ,
 // resent every peer response timeout + 2 * PacketLifeTime up to

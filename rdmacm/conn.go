@@ -53,8 +53,9 @@ func (c *Conn) finishLocked(err error) {
 }
 
 // wait blocks until the connection is established or failed; when ctx
-// ends first the connection is abandoned (disconnected if it comes up)
-// and its QP destroyed.
+// ends first the connection is abandoned: the peer gets a REJ (see
+// cm.Manager.Abandon; Service.Drain waits until it is sent) and the QP is
+// destroyed.
 func (c *Conn) wait(ctx context.Context) error {
 	select {
 	case <-c.ready:
@@ -64,8 +65,18 @@ func (c *Conn) wait(ctx context.Context) error {
 		if !c.finished {
 			c.abandoned = true
 			c.finishLocked(ctx.Err())
-			s.toErrLocked(c)
-			s.destroyQPLocked(c)
+			// The peer is told, as by rdma_destroy_id: a REJ withdraws
+			// our REQ (reason timeout) or our REP (consumer defined).
+			if !s.closed {
+				now := s.clock.Now()
+				if s.mgr.Abandon(now, c.id) == nil {
+					s.abandoned++
+				}
+				s.pumpLocked(now)
+			}
+			// Destroyed, not moved to ERR: its WQEs go without
+			// completions (see dropAttemptLocked).
+			s.dropAttemptLocked(c)
 			s.mu.Unlock()
 			return ctx.Err()
 		}

@@ -30,6 +30,20 @@
 // ErrConnectError. A slow Accept is covered by an MRA once the peer resends
 // its REQ, as Linux's CM does.
 //
+// A connection attempt that fails before Dial or Accept returns it (the
+// peer rejects the REQ or the REP, never answers, or the caller's context
+// ends) has its QP destroyed, not moved to ERR: the receive WQEs posted
+// for it (ConnParams.RecvWRs) go without completions, as after a failed
+// rdma_connect or rdma_accept the application destroys the QP (rping
+// destroys its child cm_id's QP and CQ). A caller may thus give the same
+// CQs to its next Dial or Accept: nothing of the failed attempt is in them.
+// An attempt whose context ends first is withdrawn with a REJ to the peer
+// (reason timeout for our REQ, consumer defined for our REP), as
+// rdma_destroy_id does at a program's exit (Stats.Abandoned); Service.Drain
+// waits until such MADs have left, before Close. A DREQ before the RTU
+// fails that attempt (ErrPeerDisconnected) and Accept takes the next
+// request.
+//
 // The communication-established event (IBTA 11.6.3.1, IBV_EVENT_COMM_EST)
 // that tells a passive side its peer is sending before the RTU came: the
 // transport raises no such event, so while an accepted connection waits

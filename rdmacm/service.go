@@ -63,6 +63,10 @@ var (
 	// ErrRejected: the peer answered with a REJ; the error is a
 	// *RejectError carrying the reason.
 	ErrRejected = errors.New("rdmacm: connection rejected")
+	// ErrPeerDisconnected: the peer sent a DREQ for a connection Accept
+	// had answered with a REP before its RTU came (a DREP went back);
+	// Accept goes on to the next request.
+	ErrPeerDisconnected = errors.New("rdmacm: the peer disconnected before the connection was established (a DREQ before the RTU)")
 	// ErrConnectError: the peer's REP came with values the QP did not
 	// take; the peer got a REJ (consumer defined) instead of the RTU
 	// (RDMA_CM_EVENT_CONNECT_ERROR).
@@ -93,6 +97,11 @@ type Stats struct {
 	// not take the REQ's values (a REJ went out), or the peer rejected or
 	// never answered the REP.
 	AcceptFailures uint64
+	// Abandoned counts connection attempts whose Dial or Accept context
+	// ended before the connection was established: each was withdrawn
+	// with a REJ to the peer (reason timeout for a REQ, consumer defined
+	// for a REP), as rdma_destroy_id does.
+	Abandoned uint64
 	// QP1 are the GSI QP's counters: QKeyViolations counts datagrams
 	// to QP1 whose Q_Key is not 0x80010000 (dropped before the Manager).
 	QP1 qp.Counters
@@ -123,9 +132,12 @@ type Service struct {
 	recvErrs  uint64
 	// acceptFailures: requests Accept gave up on and went past
 	acceptFailures uint64
-	closed         bool
-	cancel         context.CancelFunc
-	done           chan struct{}
+	abandoned      uint64
+	// sent is signalled when QP1's send completions come (Drain)
+	sent   chan struct{}
+	closed bool
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 const sendWRIDFlag = 1 << 32
@@ -135,7 +147,8 @@ const sendWRIDFlag = 1 << 32
 // that is not unicast, QP1 already existing on ep, or the QP's.
 func New(ep *transport.Endpoint, cfg Config) (*Service, error) {
 	s := &Service{ep: ep, cfg: cfg, clock: cfg.Clock, local: cfg.LocalAddr, udpPort: cfg.UDPPort,
-		listeners: map[uint64]*Listener{}, conns: map[uint32]*Conn{}, done: make(chan struct{})}
+		listeners: map[uint64]*Listener{}, conns: map[uint32]*Conn{}, done: make(chan struct{}),
+		sent: make(chan struct{}, 1)}
 	if s.clock == nil {
 		s.clock = transport.SystemClock
 	}
@@ -232,7 +245,7 @@ func (s *Service) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return Stats{CM: s.mgr.Counters(), Connections: s.mgr.Len(), QPs: s.qps, SendErrors: s.sendErrs, RecvErrors: s.recvErrs,
-		AcceptFailures: s.acceptFailures, QP1: s.qp1.Counters()}
+		AcceptFailures: s.acceptFailures, Abandoned: s.abandoned, QP1: s.qp1.Counters()}
 }
 
 // run reads QP1's completions until ctx ends.
@@ -255,6 +268,10 @@ func (s *Service) run(ctx context.Context) {
 				s.freeSend = append(s.freeSend, int(wc.WRID&^sendWRIDFlag))
 				if wc.Status != qp.IBV_WC_SUCCESS {
 					s.sendErrs++
+				}
+				select {
+				case s.sent <- struct{}{}:
+				default:
 				}
 				continue
 			}
@@ -404,22 +421,29 @@ func (s *Service) handleEventLocked(now time.Time, ev cm.Event) {
 		c.finishLocked(nil)
 	case cm.EventRejected:
 		c.finishLocked(&RejectError{Reason: ev.Reason, PrivateData: append([]byte(nil), ev.PrivateData...)})
-		s.toErrLocked(c)
-		delete(s.conns, c.id)
+		s.dropAttemptLocked(c)
 	case cm.EventUnreachable:
 		c.finishLocked(ErrUnreachable)
-		s.toErrLocked(c)
-		delete(s.conns, c.id)
+		s.dropAttemptLocked(c)
 	case cm.EventConnectError:
 		err := c.applyErr
 		if err == nil {
 			err = ErrClosed
 		}
 		c.finishLocked(fmt.Errorf("%w: the REP's values do not suit the QP (a REJ went to the peer): %w", ErrConnectError, err))
-		s.toErrLocked(c)
-		delete(s.conns, c.id)
+		s.dropAttemptLocked(c)
 	case cm.EventDisconnected:
-		c.finishLocked(ErrClosed)
+		if !c.finished {
+			// A DREQ before the RTU: the attempt failed, the Service
+			// did not close (Accept takes the next request).
+			c.finishLocked(ErrPeerDisconnected)
+			if !c.disconnected {
+				c.disconnected = true
+				close(c.disc)
+			}
+			s.destroyQPLocked(c)
+			return
+		}
 		// Disconnected first: whoever sees a flushed completion of the
 		// QP's move to ERR finds the channel closed.
 		if !c.disconnected {
@@ -444,6 +468,16 @@ func (s *Service) applyLocked(q *transport.QP, p *cm.QPParams) error {
 	return q.Modify(&a, m)
 }
 
+// dropAttemptLocked ends a connection attempt that failed before Dial or
+// Accept handed its QP out: the QP is destroyed, not moved to ERR, so its
+// posted WQEs go without completions (ibv_destroy_qp) and nothing of the
+// failed attempt reaches the CQs the caller shares with its next
+// connection (s.mu held).
+func (s *Service) dropAttemptLocked(c *Conn) {
+	s.destroyQPLocked(c)
+	delete(s.conns, c.id)
+}
+
 func (s *Service) toErrLocked(c *Conn) {
 	if !c.qpDestroyed && c.qp.State() != qp.IBV_QPS_ERR {
 		_ = c.qp.Modify(&qp.Attr{State: qp.IBV_QPS_ERR}, qp.IBV_QP_STATE)
@@ -455,6 +489,33 @@ func (s *Service) destroyQPLocked(c *Conn) {
 		c.qpDestroyed = true
 		c.qp.Destroy()
 		s.qps--
+	}
+}
+
+// Drain waits until QP1 has sent every MAD the Manager queued (each send
+// WQE completed), so that a REJ or DREQ just queued leaves before Close;
+// a program that gives up a connection attempt calls it, bounded by ctx,
+// before it exits. Errors: ctx's (MADs still unsent), ErrClosed.
+func (s *Service) Drain(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return ErrClosed
+		}
+		s.pumpLocked(s.clock.Now())
+		// pumpLocked stops with free send WQEs only when the Manager's
+		// queue is empty: all free means nothing is queued or in flight.
+		idle := len(s.freeSend) == s.cfg.SendWRs
+		s.mu.Unlock()
+		if idle {
+			return nil
+		}
+		select {
+		case <-s.sent:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 
@@ -648,10 +709,13 @@ func (l *Listener) Port() uint16 { return l.port }
 // One bad request does not end Accept: a REQ that fails the CM's checks
 // never reaches it (see cm.Manager: a REJ went out), a request whose
 // values the QP does not take is rejected (consumer defined, as
-// rdma_accept) and one whose REP the peer rejects or never answers is
+// rdma_accept) and one whose REP the peer rejects or never answers, or
+// whose peer sends a DREQ before the RTU (ErrPeerDisconnected), is
 // dropped; each is counted (Stats.AcceptFailures) and Accept waits for
-// the next. Errors: ErrClosed, ctx's, the QP's creation, and p's values
-// (too much private data) after rejecting the request.
+// the next. The QP of a request that failed is destroyed without
+// completions (see the package doc): p's CQs hold nothing of it. Errors:
+// ErrClosed, ctx's, the QP's creation, and p's values (too much private
+// data) after rejecting the request.
 func (l *Listener) Accept(ctx context.Context, p ConnParams) (*Conn, error) {
 	s := l.s
 	for {
@@ -721,9 +785,10 @@ func (l *Listener) Accept(ctx context.Context, p ConnParams) (*Conn, error) {
 		s.pumpLocked(now)
 		s.mu.Unlock()
 		if err := c.wait(ctx); err != nil {
-			if ctx.Err() == nil && (errors.Is(err, ErrRejected) || errors.Is(err, ErrUnreachable)) {
-				// The peer refused our REP or never answered it: that
-				// request is over; wait for the next.
+			if ctx.Err() == nil && (errors.Is(err, ErrRejected) || errors.Is(err, ErrUnreachable) || errors.Is(err, ErrPeerDisconnected)) {
+				// The peer refused our REP, never answered it or
+				// disconnected before its RTU: that request is over;
+				// wait for the next.
 				s.mu.Lock()
 				s.acceptFailures++
 				s.mu.Unlock()

@@ -99,8 +99,12 @@ func perftestCMConnect(ctx context.Context, ep *transport.Endpoint, f *perfFlags
 		c.conn, err = l.Accept(ctx, params)
 		l.Close()
 		if err != nil {
+			err = fmt.Errorf("no client came over rdma_cm: %w", err)
+			if d := drainCM(svc); d != "" {
+				err = fmt.Errorf("%w (%s)", err, d)
+			}
 			svc.Close()
-			return nil, fmt.Errorf("no client came over rdma_cm: %w", err)
+			return nil, err
 		}
 		c.peer = c.conn.RemoteAddr()
 		return c, nil
@@ -110,8 +114,12 @@ func perftestCMConnect(ctx context.Context, ep *transport.Endpoint, f *perfFlags
 		return nil, err
 	}
 	if c.conn, err = svc.Dial(ctx, c.peer, c.port, params); err != nil {
+		err = fmt.Errorf("cannot reach the server at %s rdma_cm port %d: %w", c.peer, c.port, err)
+		if d := drainCM(svc); d != "" {
+			err = fmt.Errorf("%w (%s)", err, d)
+		}
 		svc.Close()
-		return nil, fmt.Errorf("cannot reach the server at %s rdma_cm port %d: %w", c.peer, c.port, err)
+		return nil, err
 	}
 	return c, nil
 }
@@ -267,7 +275,8 @@ func (c *perftestCM) connectQP(ctx context.Context, pd *transport.PD, cq *transp
 // most cmDisconnectWait for the data QPs and as long for the comm QP,
 // whatever state the run's context is in (a signal or --timeout ended
 // it): the peer learns the connections are gone. It says what happened
-// (see disconnectCM); err names the data QPs whose DREQ went unanswered.
+// (see disconnectCM), the data QPs' then the exchange's connection; err
+// names the data QPs whose DREQ went unanswered.
 func (c *perftestCM) close() (detail string, err error) {
 	if c.listener != nil {
 		c.listener.Close()
@@ -275,8 +284,15 @@ func (c *perftestCM) close() (detail string, err error) {
 	detail, missing := disconnectCM(c.data...)
 	// perftest destroys its comm cm_id last; either side may go first.
 	comm, _ := disconnectCM(c.conn)
-	if len(c.data) == 0 {
+	switch {
+	case len(c.data) == 0:
 		detail = comm
+	case comm != "no rdma_cm connection was up":
+		// The exchange's DREQ is one more than the data QPs': say so.
+		detail += "; the exchange's connection: " + comm
+	}
+	if d := drainCM(c.svc); d != "" {
+		detail += "; " + d
 	}
 	c.svc.Close()
 	if missing > 0 {

@@ -182,6 +182,8 @@ func (f *rpingFlags) run() (err error) {
 			detail, _ = disconnectCM(s.conn)
 			qpc = describeCounters(s.conn.QP().Counters())
 			s.conn.Close()
+		} else if d := drainCM(svc); d != "" {
+			detail = d
 		}
 		sig := intr.caught()
 		f.debugf("cm counters: %s\n", cmCounters(svc.Stats()))
@@ -259,10 +261,17 @@ func (s *rpingSession) run(ctx context.Context, svc *rdmacm.Service) error {
 		// which would report no connection up).
 		return err
 	}
-	if derr := s.conn.Disconnect(ctx); err == nil && derr != nil {
+	// The server may be gone (its DREP lost, or it exited): the DREP is
+	// awaited at most cmDisconnectWait, as on a signal.
+	dctx, cancel := context.WithTimeout(ctx, cmDisconnectWait)
+	derr := s.conn.Disconnect(dctx)
+	cancel()
+	switch {
+	case errors.Is(derr, context.DeadlineExceeded) && ctx.Err() == nil:
+		fmt.Fprintf(f.stderr, "client DISCONNECT: no DREP from the server within %v; disconnected without it\n", cmDisconnectWait)
+	case derr != nil && err == nil:
 		err = fmt.Errorf("disconnect: %w", derr)
-	}
-	if err == nil {
+	case err == nil:
 		fmt.Fprintln(f.stderr, "client DISCONNECT EVENT...")
 	}
 	return s.finish(err)

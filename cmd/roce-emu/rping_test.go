@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -198,4 +199,100 @@ func TestRpingServerSurvivesBadREQs(t *testing.T) {
 	require.Equal(t, 0, scode, "server: %s", serr.String())
 	assert.Equal(t, 3, strings.Count(cout.String(), "ping data: "))
 	assert.Contains(t, sout.String(), "REQs refused (GID 1, transport 1, private data 0")
+}
+
+// A connection attempt given up tells the peer with a REJ, as Linux's
+// rdma_destroy_id at exit: rping -c whose --timeout ends while its REQ is
+// unanswered sends a REJ (timeout); rping -s stopped by SIGINT while its
+// REP waits for the RTU sends a REJ (consumer defined) and says so.
+func TestRpingGivingUpSendsREJ(t *testing.T) {
+	sigs := useFakeSignals(t)
+	udp := freeUDPPort(t)
+	port, err := strconv.Atoi(udp)
+	require.NoError(t, err)
+	c, err := transport.ListenUDP(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.3"), uint16(port)), transport.UDPOptions{})
+	require.NoError(t, err)
+	ep := transport.NewEndpoint(c, transport.Options{})
+	defer ep.Close()
+	g := transporttest.NewGSI(t, ep)
+	recv := func(what string) cm.Message {
+		t.Helper()
+		m, ok := g.Recv(10 * time.Second)
+		require.True(t, ok, "no %s came", what)
+		_, msg, err := cm.DecodeMAD(m.MAD)
+		require.NoError(t, err)
+		return msg
+	}
+
+	// The client's REQ goes unanswered until its --timeout.
+	var cout, cerr bytes.Buffer
+	ccode := run([]string{"rping", "-c", "--bind", "127.0.0.1", "--udp-port", udp, "-a", "127.0.0.3", "-p", "7179",
+		"--timeout", "300ms"}, &cout, &cerr)
+	assert.Equal(t, 1, ccode, "client: %s", cerr.String())
+	req, ok := recv("REQ").(*cm.REQ)
+	require.True(t, ok, "a REQ first")
+	msg := recv("REJ")
+	for {
+		if _, again := msg.(*cm.REQ); !again {
+			break
+		}
+		msg = recv("REJ")
+	}
+	rej, ok := msg.(*cm.REJ)
+	require.True(t, ok, "a REJ, not %v", msg.Attr())
+	assert.Equal(t, cm.RejTimeout, rej.Reason)
+	assert.Equal(t, req.LocalCommID, rej.LocalCommID)
+
+	// The server's REP waits for an RTU that never comes; SIGINT.
+	var sout, serr lockedBuffer
+	var scode int
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		scode = run([]string{"rping", "-s", "-d", "--bind", "127.0.0.2", "--udp-port", udp, "-p", "7179", "--timeout", "60s"}, &sout, &serr)
+	}()
+	waitFor(t, "the server to listen", func() bool { return strings.Contains(sout.String(), "listening on") })
+	server := netip.MustParseAddr("127.0.0.2")
+	m := cm.NewManager(cm.Config{})
+	_, err = m.Dial(time.Unix(0, 0), cm.DialParams{Local: netip.MustParseAddr("127.0.0.3"), Remote: server,
+		ServiceID: cm.ServiceID(cm.PortSpaceTCP, 7179), SrcPort: 40000, QPN: 0x20})
+	require.NoError(t, err)
+	o, ok := m.PollMAD()
+	require.True(t, ok)
+	g.Send(server, o.MAD[:])
+	rep, ok := recv("REP").(*cm.REP)
+	require.True(t, ok, "a REP")
+	sigs.send(t, 1, os.Interrupt)
+	wg.Wait()
+	assert.Equal(t, 130, scode, "server: %s", serr.String())
+	assert.Contains(t, serr.String(), "interrupted by SIGINT: 1 rdma_cm connection attempt(s) given up, the peer told with a REJ")
+	rej, ok = recv("REJ").(*cm.REJ)
+	require.True(t, ok, "a REJ")
+	assert.Equal(t, cm.RejConsumer, rej.Reason)
+	assert.Equal(t, rep.LocalCommID, rej.LocalCommID)
+}
+
+// rping -c whose DREP is lost (the server answered and exited) waits for
+// it at most cmDisconnectWait, not through all the DREQ's retries, says
+// so and ends well: the pings were done.
+func TestRpingClientLostDREP(t *testing.T) {
+	udp := freeUDPPort(t)
+	var wg sync.WaitGroup
+	var sout, serr lockedBuffer
+	var scode int
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		scode = run([]string{"rping", "-s", "-d", "--bind", "127.0.0.2", "--udp-port", udp, "-p", "7180", "--timeout", "60s"}, &sout, &serr)
+	}()
+	waitFor(t, "the server to listen", func() bool { return strings.Contains(sout.String(), "listening on") })
+	var cout, cerr bytes.Buffer
+	// The client's second CM MAD in is the DREP (the first the REP).
+	ccode := run([]string{"rping", "-c", "--bind", "127.0.0.1", "--udp-port", udp, "-a", "127.0.0.2", "-p", "7180",
+		"-C", "2", "-V", "--fault", "drop:dir=in,opcode=UD_SEND_ONLY,nth=2", "--timeout", "60s"}, &cout, &cerr)
+	wg.Wait()
+	assert.Equal(t, 0, scode, "server: %s", serr.String())
+	require.Equal(t, 0, ccode, "client: %s", cerr.String())
+	assert.Contains(t, cerr.String(), "client DISCONNECT: no DREP from the server within 2s; disconnected without it")
 }

@@ -152,11 +152,31 @@ func disconnectCM(conns ...*rdmacm.Conn) (detail string, unanswered int) {
 	return fmt.Sprintf("DREQ sent on %d rdma_cm connection(s), %d answered with a DREP within %v", n, answered, cmDisconnectWait), n - answered
 }
 
-// cmCounters describes a Service's CM counters on one line.
+// cmCounters describes a Service's CM counters on one line, with the
+// datagrams QP1 dropped for a Q_Key other than 0x80010000 (they never
+// reach the CM).
 func cmCounters(st rdmacm.Stats) string {
 	c := st.CM
-	return fmt.Sprintf("MADs sent %d, received %d, retransmits %d, duplicate REQs %d, duplicate REPs %d, comm established %d, rejects sent %d, received %d, REQs refused (GID %d, transport %d, private data %d, no listener %d, accept failed %d), dropped %d",
+	return fmt.Sprintf("MADs sent %d, received %d, retransmits %d, duplicate REQs %d, duplicate REPs %d, comm established %d, rejects sent %d, received %d, REQs refused (GID %d, transport %d, private data %d, no listener %d, accept failed %d), dropped %d, QP1 Q_Key violations %d",
 		c.MADsSent, c.MADsReceived, c.Retransmits, c.DuplicateREQs, c.DuplicateREPs, c.CommEstablished, c.RejectsSent, c.RejectsReceived,
 		c.DropBadGID, c.DropBadTransport, c.DropBadPrivateData, c.NoListener, st.AcceptFailures,
-		c.DropMalformed+c.DropUnknownAttr+c.DropUnknownConn+c.DropBadState+c.DropBadQPN+c.DropQueueFull)
+		c.DropMalformed+c.DropUnknownAttr+c.DropUnknownConn+c.DropBadState+c.DropBadQPN+c.DropQueueFull, st.QP1.QKeyViolations)
+}
+
+// drainCM waits, at most cmDisconnectWait, until the REJs of connection
+// attempts given up (a signal or --timeout while a REQ or a REP waited
+// for its answer) have left QP1, so that the peer learns of it before the
+// Service closes, as Linux's rdma_destroy_id at exit tells it. It reports
+// what happened, one phrase, or "" when no attempt was given up.
+func drainCM(svc *rdmacm.Service) string {
+	n := svc.Stats().Abandoned
+	if n == 0 {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cmDisconnectWait)
+	defer cancel()
+	if err := svc.Drain(ctx); err != nil {
+		return fmt.Sprintf("%d rdma_cm connection attempt(s) given up, the REJ not sent within %v", n, cmDisconnectWait)
+	}
+	return fmt.Sprintf("%d rdma_cm connection attempt(s) given up, the peer told with a REJ", n)
 }

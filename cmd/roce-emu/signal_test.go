@@ -15,6 +15,8 @@ import (
 	"github.com/roce-emu/roce-emu/bth"
 	"github.com/roce-emu/roce-emu/cm"
 	"github.com/roce-emu/roce-emu/pcap"
+	"github.com/roce-emu/roce-emu/qp"
+	"github.com/roce-emu/roce-emu/rdmacm"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -168,6 +170,8 @@ func TestPerfRDMACMSignal(t *testing.T) {
 	wg.Wait()
 	assert.Equal(t, 130, ccode, "client: %s", cerr.String())
 	assert.Contains(t, cerr.String(), "roce-emu bw: interrupted by SIGINT: DREQ sent on 1 rdma_cm connection(s), each answered with a DREP")
+	// The exchange's DREQ is named too: the two on the wire.
+	assert.Contains(t, cerr.String(), "each answered with a DREP; the exchange's connection: DREQ sent on 1 rdma_cm connection(s), each answered with a DREP")
 	assert.Contains(t, cerr.String(), "roce-emu bw: cm counters: ")
 	assert.Regexp(t, `roce-emu bw: qp counters: sent [1-9]`, cerr.String())
 	assert.NotEqual(t, 0, scode)
@@ -201,4 +205,12 @@ func TestPingpongSignal(t *testing.T) {
 	assert.Contains(t, serr.String(), "roce-emu server: interrupted by SIGINT: stopped")
 	assert.Contains(t, serr.String(), "roce-emu server: qp counters: sent 0")
 	assert.Empty(t, cmMADs(t, capture, "4791"))
+}
+
+// The CM counters line names the datagrams QP1 dropped for a Q_Key other
+// than the GSI's: they never reach the CM and are counted nowhere else.
+func TestCMCountersQKeyViolations(t *testing.T) {
+	line := cmCounters(rdmacm.Stats{QP1: qp.Counters{QKeyViolations: 3}, CM: cm.Counters{MADsReceived: 2}})
+	assert.Contains(t, line, "MADs sent 0, received 2")
+	assert.True(t, strings.HasSuffix(line, ", QP1 Q_Key violations 3"), line)
 }
