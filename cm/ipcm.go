@@ -83,7 +83,9 @@ func (h *IPHeader) Append(b []byte) ([]byte, error) {
 
 // Decode reads the header from the start of private data. It returns
 // ErrTruncated when fewer than 36 bytes are given, ErrNotIPCM when the
-// major version is not 0 or the IP version is not 4 or 6.
+// major version is not 0, the IP version is not 4 or 6, or an IPv6 header
+// holds one IPv4-mapped address and one IPv6 address. Two IPv4-mapped
+// addresses in an IPv6 header are read as IPv4 addresses.
 func (h *IPHeader) Decode(pd []byte) error {
 	if len(pd) < IPHeaderLen {
 		return fmt.Errorf("%w: %d bytes of private data, the IP CM header needs %d", ErrTruncated, len(pd), IPHeaderLen)
@@ -97,8 +99,16 @@ func (h *IPHeader) Decode(pd []byte) error {
 		h.Src = netip.AddrPortFrom(netip.AddrFrom4([4]byte(pd[16:20])), port)
 		h.Dst = netip.AddrFrom4([4]byte(pd[32:36]))
 	case 6:
-		h.Src = netip.AddrPortFrom(netip.AddrFrom16([16]byte(pd[4:20])), port)
-		h.Dst = netip.AddrFrom16([16]byte(pd[20:36]))
+		src, dst := netip.AddrFrom16([16]byte(pd[4:20])), netip.AddrFrom16([16]byte(pd[20:36]))
+		switch {
+		case src.Is4In6() && dst.Is4In6():
+			// IPv4 endpoints written as IPv4-mapped IPv6 addresses.
+			src, dst = src.Unmap(), dst.Unmap()
+		case src.Is4In6() || dst.Is4In6():
+			return fmt.Errorf("%w: IPv6 header with an IPv4-mapped and an IPv6 address (%v, %v)", ErrNotIPCM, src, dst)
+		}
+		h.Src = netip.AddrPortFrom(src, port)
+		h.Dst = dst
 	default:
 		return fmt.Errorf("%w: IP version %d", ErrNotIPCM, pd[1]>>4)
 	}
