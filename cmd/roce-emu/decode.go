@@ -35,26 +35,14 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	// Flags may come after file names too ("decode f.pcap --json"); after
-	// "--" everything is a file name.
-	var files []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return 0
-			}
-			return 2
+	// "--" everything is a file name (parseInterspersed, as every command).
+	if err := parseInterspersed(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
 		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		if consumed := args[:len(args)-len(rest)]; len(consumed) > 0 && consumed[len(consumed)-1] == "--" {
-			files = append(files, rest...)
-			break
-		}
-		files = append(files, rest[0])
-		args = rest[1:]
+		return 2
 	}
+	files := fs.Args()
 	if len(files) == 0 {
 		fmt.Fprintln(stderr, "roce-emu decode: no capture file given")
 		fs.Usage()
