@@ -219,39 +219,22 @@ func watchDeadPath(ctx context.Context, w io.Writer, qps ...*transport.QP) (stop
 	if w == nil || len(qps) == 0 {
 		return func() {}
 	}
-	done := make(chan struct{})
-	ended := make(chan struct{})
-	go func() {
-		defer close(ended)
-		t := time.NewTicker(50 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			var timeouts, received uint64
-			for _, q := range qps {
-				c := q.Counters()
-				timeouts += c.LocalAckTimeoutErr
-				received += c.ReceivedPackets
-			}
-			if received > 0 {
-				return
-			}
-			if timeouts >= deadPathAfter {
-				fmt.Fprintln(w, deadPathLine(timeouts, qps[0].Attr().AV))
-				return
-			}
+	return poll(ctx, 50*time.Millisecond, func(<-chan struct{}) bool {
+		var timeouts, received uint64
+		for _, q := range qps {
+			c := q.Counters()
+			timeouts += c.LocalAckTimeoutErr
+			received += c.ReceivedPackets
 		}
-	}()
-	return func() {
-		close(done)
-		<-ended
-	}
+		if received > 0 {
+			return false
+		}
+		if timeouts >= deadPathAfter {
+			fmt.Fprintln(w, deadPathLine(timeouts, qps[0].Attr().AV))
+			return false
+		}
+		return true
+	}, nil)
 }
 
 // deadPathLine is watchDeadPath's line for a QP whose address vector is av.
@@ -285,37 +268,23 @@ const mismatchLinger = 250 * time.Millisecond
 // line as the cause. stop waits for the watcher to end.
 func watchMismatch(ctx context.Context, w io.Writer, kind string, op qp.WROpcode, f *perfFlags, q *transport.QP) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	done := make(chan struct{})
-	ended := make(chan struct{})
-	go func() {
-		defer close(ended)
-		t := time.NewTicker(20 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			msg := mismatchLine(op, f, q.Counters())
-			if msg != "" {
-				fmt.Fprintf(w, "roce-emu %s: %s\n", kind, msg)
-				// A moment for the peer to see the same before this
-				// side's QP goes.
-				select {
-				case <-time.After(mismatchLinger):
-				case <-done:
-				}
-				cancel(errMismatch)
-				return
-			}
+	stop := poll(ctx, 20*time.Millisecond, func(stopping <-chan struct{}) bool {
+		msg := mismatchLine(op, f, q.Counters())
+		if msg == "" {
+			return true
 		}
-	}()
+		fmt.Fprintf(w, "roce-emu %s: %s\n", kind, msg)
+		// A moment for the peer to see the same before this
+		// side's QP goes.
+		select {
+		case <-time.After(mismatchLinger):
+		case <-stopping:
+		}
+		cancel(errMismatch)
+		return false
+	}, nil)
 	return ctx, func() {
-		close(done)
-		<-ended
+		stop()
 		cancel(context.Canceled)
 	}
 }
@@ -494,19 +463,40 @@ func watchProgress(ctx context.Context, on bool, w io.Writer, qps ...*transport.
 	if !on || w == nil || len(qps) == 0 {
 		return func() {}
 	}
+	start := time.Now()
+	drawn := false
+	return poll(ctx, progressEvery, func(<-chan struct{}) bool {
+		var c qp.Counters
+		for _, q := range qps {
+			k := q.Counters()
+			c.SentPackets += k.SentPackets
+			c.ReceivedPackets += k.ReceivedPackets
+			c.RetransmittedPkts += k.RetransmittedPkts
+		}
+		fmt.Fprint(w, "\r\x1b[K"+progressLine(time.Since(start), c)+"\r")
+		drawn = true
+		return true
+	}, func() {
+		if drawn {
+			fmt.Fprint(w, "\r\x1b[K")
+		}
+	})
+}
+
+// poll runs step every interval on a goroutine of its own until step
+// returns false, ctx ends or the returned stop is called (step sees that
+// as stopping closed); then end, if not nil, runs. stop waits for all of
+// it to finish. The watchers of this file are polls.
+func poll(ctx context.Context, every time.Duration, step func(stopping <-chan struct{}) bool, end func()) (stop func()) {
 	done := make(chan struct{})
 	ended := make(chan struct{})
-	start := time.Now()
 	go func() {
 		defer close(ended)
-		t := time.NewTicker(progressEvery)
+		if end != nil {
+			defer end()
+		}
+		t := time.NewTicker(every)
 		defer t.Stop()
-		drawn := false
-		defer func() {
-			if drawn {
-				fmt.Fprint(w, "\r\x1b[K")
-			}
-		}()
 		for {
 			select {
 			case <-done:
@@ -515,15 +505,9 @@ func watchProgress(ctx context.Context, on bool, w io.Writer, qps ...*transport.
 				return
 			case <-t.C:
 			}
-			var c qp.Counters
-			for _, q := range qps {
-				k := q.Counters()
-				c.SentPackets += k.SentPackets
-				c.ReceivedPackets += k.ReceivedPackets
-				c.RetransmittedPkts += k.RetransmittedPkts
+			if !step(done) {
+				return
 			}
-			fmt.Fprint(w, "\r\x1b[K"+progressLine(time.Since(start), c)+"\r")
-			drawn = true
 		}
 	}()
 	return func() {
