@@ -73,13 +73,15 @@ func TestBrokenPeerFails(t *testing.T) {
 		v := verdicts(rep)
 		for _, name := range []string{"psn-sequence-error-nak-once", "first-psn-not-announced", "write-mtu-plus-1",
 			"r-key-violation", "bounds-violation", "rnr-nak-no-receive-wqe", "write-middle-short", "write-middle-without-first",
-			"read-bounds-violation", "psn-half-windows", "write-permission-violation", "read-permission-violation"} {
+			"read-bounds-violation", "psn-half-windows", "write-permission-violation", "read-permission-violation",
+			"max-rd-atomic-exceeded", "misaligned-atomic-cmp-swap", "misaligned-atomic-fetch-add"} {
 			if v[name] != Fail {
 				t.Errorf("a peer that sends no NAK: case %s is %s, want fail", name, v[name])
 			}
 		}
 		// What needs no NAK from the peer still passes.
-		for _, name := range []string{"psn-wrap", "zero-length-read", "zero-length-write-no-r-key", "zero-length-read-no-r-key", "go-back-n", "rnr-timer-code-0"} {
+		for _, name := range []string{"psn-wrap", "zero-length-read", "zero-length-write-no-r-key", "zero-length-read-no-r-key", "go-back-n", "rnr-timer-code-0",
+			"implied-nak-read-response", "implied-nak-ack"} {
 			if v[name] != Pass {
 				t.Errorf("a peer that sends no NAK: case %s is %s, want pass", name, v[name])
 			}

@@ -69,6 +69,11 @@ type Driver struct {
 	// for rc_pingpong).
 	RKey uint32
 	VA   uint64
+	// PeerOutReads is the peer's out_reads from perftest's exchange: the
+	// READ and atomic requests its responder takes at once (perftest sets
+	// its max_dest_rd_atomic to it; 0 for rc_pingpong, which does not
+	// say).
+	PeerOutReads int
 
 	mu       sync.Mutex
 	capture  *pcap.Writer

@@ -48,6 +48,15 @@ const (
 	// ReadBW is ib_read_bw's server: the same with a region the prober
 	// may READ.
 	ReadBW
+	// AtomicBW is ib_atomic_bw's server: the same with a region the
+	// prober may reach with CMP_AND_SWP and FETCH_AND_ADD (REMOTE_ATOMIC).
+	AtomicBW
+	// ReadBWBidir is ib_read_bw -b's server (bidirectional): the same as
+	// ReadBW, and after one more barrier it posts RDMA READs of its -s
+	// bytes (default 65536) to the region the prober announces, up to the
+	// prober's OutReads outstanding (its max_rd_atomic, perftest's
+	// ctx_modify_qp_to_rts): the peer as READ requester.
+	ReadBWBidir
 )
 
 // String returns the program's name.
@@ -59,6 +68,10 @@ func (p Peer) String() string {
 		return "ib_write_bw"
 	case ReadBW:
 		return "ib_read_bw"
+	case AtomicBW:
+		return "ib_atomic_bw"
+	case ReadBWBidir:
+		return "ib_read_bw -b"
 	}
 	return fmt.Sprintf("peer(%d)", uint8(p))
 }
@@ -152,6 +165,17 @@ type Report struct {
 	// program the target does not run (ErrNoPeer) is not counted.
 	NotRun int `json:"not_run"`
 }
+
+// What the prober announces to ib_read_bw -b (ReadBWBidir), which READs
+// from it: up to ProberOutReads READs outstanding (the peer's
+// max_rd_atomic) from the region ProberRKey, ProberVA. The region is not
+// memory: the cases answer the READs they choose to with the bytes they
+// craft.
+const (
+	ProberOutReads = 16
+	ProberRKey     = 0x00C0F5EE
+	ProberVA       = 0x7F0000000000
+)
 
 // ErrNoPeer is what Target.Dial returns for a program the target does not
 // run: the cases that need it are n/a.
@@ -335,7 +359,7 @@ func setUp(ctx context.Context, tgt *Target, d *Driver, p Peer, nc net.Conn) (fu
 		d.connect(netip.AddrPortFrom(rem.GID, port), rem.QPN)
 		d.PeerPSN, d.MTU = rem.PSN, tgt.PingpongMTU
 		return nil, nil
-	case WriteBW, ReadBW:
+	case WriteBW, ReadBW, AtomicBW, ReadBWBidir:
 		s := oob.NewPerftestClient(nc)
 		if _, err := s.Versions(ctx); err != nil {
 			return nil, err
@@ -348,18 +372,32 @@ func setUp(ctx context.Context, tgt *Target, d *Driver, p Peer, nc net.Conn) (fu
 		if err != nil {
 			return nil, err
 		}
-		rems, err := s.Keys(ctx, []oob.PerftestKey{{OutReads: 1, QPN: d.QPN, PSN: d.PSN, GID: gid}})
+		mine := oob.PerftestKey{OutReads: 1, QPN: d.QPN, PSN: d.PSN, GID: gid}
+		if p == ReadBWBidir {
+			// The peer READs from the prober: let it have several
+			// READs outstanding, from a region the prober names.
+			mine.OutReads, mine.RKey, mine.VA = ProberOutReads, ProberRKey, ProberVA
+		}
+		rems, err := s.Keys(ctx, []oob.PerftestKey{mine})
 		if err != nil {
 			return nil, err
 		}
 		rem := rems[0]
 		d.connect(netip.AddrPortFrom(rem.GID, port), rem.QPN)
 		d.PeerPSN, d.MTU, d.RKey, d.VA = rem.PSN, mtu.Bytes(), rem.RKey, rem.VA
+		d.PeerOutReads = int(rem.OutReads)
 		if err := s.Barrier(ctx, "after connecting"); err != nil {
 			return nil, err
 		}
 		if err := s.Barrier(ctx, "addresses printed"); err != nil {
 			return nil, err
+		}
+		if p == ReadBWBidir {
+			// perftest's bidirectional tests meet once more before
+			// their traffic (read_bw.c, "if (user_param.duplex)").
+			if err := s.Barrier(ctx, "before bidirectional traffic"); err != nil {
+				return nil, err
+			}
 		}
 		return func(ctx context.Context) {
 			// The client's end of a bandwidth test; the peer's program

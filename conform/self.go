@@ -103,7 +103,7 @@ func (s *Self) psn() bth.PSN {
 }
 
 func (s *Self) dial(ctx context.Context, p Peer) (net.Conn, error) {
-	if p != Pingpong && p != WriteBW && p != ReadBW {
+	if p != Pingpong && p != WriteBW && p != ReadBW && p != AtomicBW && p != ReadBWBidir {
 		return nil, ErrNoPeer
 	}
 	client, server := net.Pipe()
@@ -119,7 +119,7 @@ func (s *Self) dial(ctx context.Context, p Peer) (net.Conn, error) {
 		if p == Pingpong {
 			s.pingpong(ctx, server)
 		} else {
-			s.perftest(ctx, server)
+			s.perftest(ctx, server, p)
 		}
 	}()
 	return client, nil
@@ -195,9 +195,15 @@ func (s *Self) pingpong(ctx context.Context, conn net.Conn) error {
 	}
 }
 
-// perftest is ib_write_bw's or ib_read_bw's server as roce-emu bw serves
-// them: one region of 64 KiB open to remote WRITE and READ, no receives.
-func (s *Self) perftest(ctx context.Context, conn net.Conn) error {
+// Self's ib_read_bw -b: the READs it posts, and their size (its -s).
+const selfBidirReads, selfBidirSize = 8, 4096
+
+// perftest is ib_write_bw's, ib_read_bw's or ib_atomic_bw's server as
+// roce-emu bw serves them: one region of 64 KiB open to remote WRITE and
+// READ (and atomics for ib_atomic_bw), no receives. As ib_read_bw -b's
+// it also posts selfBidirReads RDMA READs of selfBidirSize bytes from the
+// region the prober announced, after the bidirectional tests' barrier.
+func (s *Self) perftest(ctx context.Context, conn net.Conn, p Peer) error {
 	ep := s.ep
 	ps := oob.NewPerftestServer(conn)
 	if _, err := ps.Versions(ctx); err != nil {
@@ -211,6 +217,9 @@ func (s *Self) perftest(ctx context.Context, conn net.Conn) error {
 		return err
 	}
 	access := qp.IBV_ACCESS_LOCAL_WRITE | qp.IBV_ACCESS_REMOTE_WRITE | qp.IBV_ACCESS_REMOTE_READ
+	if p == AtomicBW {
+		access |= qp.IBV_ACCESS_REMOTE_ATOMIC
+	}
 	pd := ep.NewPD()
 	buf := make([]byte, 64<<10)
 	for i := range buf {
@@ -237,10 +246,25 @@ func (s *Self) perftest(ctx context.Context, conn net.Conn) error {
 		transport.ConnectAttr{PathMTU: mtu, Access: access}); err != nil {
 		return err
 	}
-	for _, what := range []string{"after connecting", "addresses printed", "traffic done"} {
+	for _, what := range []string{"after connecting", "addresses printed"} {
 		if err := ps.Barrier(ctx, what); err != nil {
 			return err
 		}
+	}
+	if p == ReadBWBidir {
+		if err := ps.Barrier(ctx, "before bidirectional traffic"); err != nil {
+			return err
+		}
+		for i := range selfBidirReads {
+			wr := qp.SendWR{WRID: uint64(i), Opcode: qp.IBV_WR_RDMA_READ, Flags: qp.IBV_SEND_SIGNALED,
+				SGEs: []qp.SGE{mr.SGE(i*selfBidirSize, selfBidirSize)}, RemoteAddr: r.VA, RKey: r.RKey}
+			if err := q.PostSend(wr); err != nil {
+				return err
+			}
+		}
+	}
+	if err := ps.Barrier(ctx, "traffic done"); err != nil {
+		return err
 	}
 	if _, err := ps.BWReports(ctx, oob.BWReport{}); err != nil {
 		return err

@@ -34,6 +34,8 @@ type conformFlags struct {
 	pingpong int
 	writeBW  int
 	readBW   int
+	atomicBW int
+	readBidi int
 	mtu      int
 	wait     time.Duration
 	quiet    time.Duration
@@ -55,6 +57,8 @@ func runConform(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.pingpong, "pingpong", 18515, "TCP `port` of the peer's ibv_rc_pingpong server (0: none; its cases are n/a)")
 	fs.IntVar(&f.writeBW, "write-bw", 0, "TCP `port` of the peer's ib_write_bw server (0: none; its cases are n/a)")
 	fs.IntVar(&f.readBW, "read-bw", 0, "TCP `port` of the peer's ib_read_bw server (0: none; its cases are n/a)")
+	fs.IntVar(&f.atomicBW, "atomic-bw", 0, "TCP `port` of the peer's ib_atomic_bw server (0: none; its cases are n/a)")
+	fs.IntVar(&f.readBidi, "read-bw-bidir", 0, "TCP `port` of the peer's ib_read_bw -b server, which READs from the prober (0: none; its cases are n/a)")
 	fs.IntVar(&f.mtu, "mtu", 1024, "the path `MTU` ibv_rc_pingpong runs with (its -m), and --self's")
 	fs.DurationVar(&f.wait, "wait", time.Second, "how long the peer may take to answer")
 	fs.DurationVar(&f.quiet, "quiet", 300*time.Millisecond, "how long the peer must stay silent to count as not answering")
@@ -65,12 +69,15 @@ func runConform(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "\nRuns IBTA transport conformance cases against an RC peer and gives each a verdict:")
 		fmt.Fprintln(stderr, "pass, fail or n/a, with the frames of the case's capture that show it. The peer sets up")
 		fmt.Fprintln(stderr, "one connection per case through its own program's exchange: ibv_rc_pingpong's server")
-		fmt.Fprintln(stderr, "(--pingpong), ib_write_bw's and ib_read_bw's (--write-bw, --read-bw). These servers")
+		fmt.Fprintln(stderr, "(--pingpong), ib_write_bw's, ib_read_bw's, ib_atomic_bw's and ib_read_bw -b's (--write-bw,")
+		fmt.Fprintln(stderr, "--read-bw, --atomic-bw, --read-bw-bidir). These servers")
 		fmt.Fprintln(stderr, "serve one client and exit: run each in a loop on HOST, e.g.")
 		fmt.Fprintln(stderr, "  while :; do ibv_rc_pingpong -g 1; done &")
 		fmt.Fprintln(stderr, "  while :; do ib_write_bw -p 18516; done &")
 		fmt.Fprintln(stderr, "  while :; do ib_read_bw -p 18517; done &")
-		fmt.Fprintln(stderr, "and then: roce-emu conform --write-bw 18516 --read-bw 18517 HOST")
+		fmt.Fprintln(stderr, "  while :; do ib_atomic_bw -p 18518; done &")
+		fmt.Fprintln(stderr, "  while :; do ib_read_bw -b -p 18519; done &")
+		fmt.Fprintln(stderr, "and then: roce-emu conform --write-bw 18516 --read-bw 18517 --atomic-bw 18518 --read-bw-bidir 18519 HOST")
 		fmt.Fprintln(stderr, "Exit status: 0 when nothing failed, 1 when a case failed or could not be set up, 2 for usage.")
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
@@ -118,7 +125,7 @@ func runConform(args []string, stdout, stderr io.Writer) int {
 	for _, p := range []struct {
 		name string
 		v    int
-	}{{"--pingpong", f.pingpong}, {"--write-bw", f.writeBW}, {"--read-bw", f.readBW}} {
+	}{{"--pingpong", f.pingpong}, {"--write-bw", f.writeBW}, {"--read-bw", f.readBW}, {"--atomic-bw", f.atomicBW}, {"--read-bw-bidir", f.readBidi}} {
 		if p.v < 0 || p.v > 65535 {
 			fmt.Fprintf(stderr, "roce-emu conform: %s %d: TCP port must be 1-65535, or 0 for none\n", p.name, p.v)
 			return 2
@@ -246,7 +253,8 @@ func liveTarget(host string, f *conformFlags) (*conform.Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot listen on %s UDP port %d: %v", local, f.udpPort, err)
 	}
-	ports := map[conform.Peer]int{conform.Pingpong: f.pingpong, conform.WriteBW: f.writeBW, conform.ReadBW: f.readBW}
+	ports := map[conform.Peer]int{conform.Pingpong: f.pingpong, conform.WriteBW: f.writeBW, conform.ReadBW: f.readBW,
+		conform.AtomicBW: f.atomicBW, conform.ReadBWBidir: f.readBidi}
 	dial := func(ctx context.Context, p conform.Peer) (net.Conn, error) {
 		port := ports[p]
 		if port == 0 {

@@ -36,7 +36,8 @@ var rxeDepartures = map[string]string{
 }
 
 // conformScenarios run roce-emu conform against rxe's ibv_rc_pingpong,
-// ib_write_bw and ib_read_bw servers, each run in a loop in the guest: the
+// ib_write_bw, ib_read_bw, ib_atomic_bw and ib_read_bw -b servers, each
+// run in a loop in the guest: the
 // perftest cases first, then the rc_pingpong ones (each program's loop
 // runs only while its cases do, so that no idle server's timeout cuts a
 // case short).
@@ -100,13 +101,25 @@ func (h *harness) conform() (string, error) {
 	if err := h.guestLoop("conform-wbw", fmt.Sprintf("ib_write_bw -d rxe0 -x %d -p 18516", g)); err != nil {
 		return "", err
 	}
-	if err := h.guestLoop("conform-rbw", fmt.Sprintf("ib_read_bw -d rxe0 -x %d -p 18517", g)); err != nil {
-		h.stopGuestLoop("conform-wbw")
-		return "", err
+	loops := []string{"conform-wbw"}
+	stop := func() {
+		for _, l := range loops {
+			h.stopGuestLoop(l)
+		}
 	}
-	rep, err := h.conformRun("perftest", "--pingpong", "0", "--write-bw", "18516", "--read-bw", "18517")
-	h.stopGuestLoop("conform-wbw")
-	h.stopGuestLoop("conform-rbw")
+	for _, l := range []struct{ name, prog string }{
+		{"conform-rbw", fmt.Sprintf("ib_read_bw -d rxe0 -x %d -p 18517", g)},
+		{"conform-abw", fmt.Sprintf("ib_atomic_bw -d rxe0 -x %d -p 18518", g)},
+		{"conform-rbwb", fmt.Sprintf("ib_read_bw -d rxe0 -x %d -p 18519 -b -s 4096", g)},
+	} {
+		if err := h.guestLoop(l.name, l.prog); err != nil {
+			stop()
+			return "", err
+		}
+		loops = append(loops, l.name)
+	}
+	rep, err := h.conformRun("perftest", "--pingpong", "0", "--write-bw", "18516", "--read-bw", "18517", "--atomic-bw", "18518", "--read-bw-bidir", "18519")
+	stop()
 	if err != nil {
 		return "", err
 	}

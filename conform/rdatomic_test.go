@@ -1,0 +1,82 @@
+package conform
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"testing/synctest"
+
+	"github.com/roce-emu/roce-emu/bth"
+	"github.com/roce-emu/roce-emu/transport"
+)
+
+// deafRequester is a peer Conn that never hears a response to its own
+// requests (READ responses and ACKs are dropped before its QP sees them):
+// a requester without the implied NAK, which resends only when its ACK
+// timer runs out.
+type deafRequester struct{ transport.Conn }
+
+func (c deafRequester) ReadBatch(ds []transport.Datagram) (int, error) {
+	for {
+		n, err := c.Conn.ReadBatch(ds)
+		keep := 0
+		for i := range n {
+			var p bth.Packet
+			if p.Decode(ds[i].Data) == nil {
+				if info := p.BTH.Opcode.Info(); info != nil && (info.Op == bth.OpReadResponse || info.Op == bth.OpAcknowledge) {
+					continue
+				}
+			}
+			ds[keep], ds[i] = ds[i], ds[keep]
+			keep++
+		}
+		if keep > 0 || err != nil {
+			return keep, err
+		}
+	}
+}
+
+func TestImpliedNAKLateResendFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		wrap := func(c transport.Conn) transport.Conn { return deafRequester{c} }
+		rep := runSelf(t, SelfOptions{Seed: 5, WrapConn: wrap}, casesNamed(t, "implied-nak-read-response", "implied-nak-ack"))
+		for _, r := range rep.Cases {
+			t.Logf("%s: %s %v %s", r.Name, r.Verdict, r.Frames, r.Detail)
+			// The READ comes again on the ACK timer (timeout 14, 67 ms).
+			if r.Verdict != Fail || !strings.Contains(r.Detail, "its ACK timer, not the implied NAK") || len(r.Frames) != 3 {
+				t.Errorf("a requester without the implied NAK: %s is %s (%s) %v, want fail with 3 frames", r.Name, r.Verdict, r.Detail, r.Frames)
+			}
+		}
+	})
+}
+
+// Against programs that do not grant what the cases need, they are n/a
+// with the reason: ib_write_bw's QP takes no atomics; ib_read_bw (not -b)
+// issues no READ.
+func TestRdAtomicCasesNotApplicable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, err := NewSelf(SelfOptions{Seed: 6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		tgt := s.Target()
+		selfDial := tgt.Dial
+		tgt.Dial = func(ctx context.Context, p Peer) (net.Conn, error) {
+			return selfDial(ctx, map[Peer]Peer{AtomicBW: WriteBW, ReadBWBidir: ReadBW}[p])
+		}
+		rep, err := Run(context.Background(), tgt, casesNamed(t, "misaligned-atomic-fetch-add", "implied-nak-ack"), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, want := range []string{"the peer's QP or region takes no atomics: an aligned FETCH_AND_ADD got", "not run: the peer sent 0 READ requests"} {
+			if r := rep.Cases[i]; r.Verdict != NA || !strings.HasPrefix(r.Detail, want) {
+				t.Errorf("case %s: %s %q, want n/a %q", r.Name, r.Verdict, r.Detail, want)
+			}
+		}
+		if rep.NotRun != 1 {
+			t.Errorf("report %+v: want the READ-less peer's case counted as not run", rep)
+		}
+	})
+}
