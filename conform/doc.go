@@ -9,8 +9,8 @@
 // peer's answers with deadlines. The peer is whatever speaks an
 // out-of-band exchange the prober speaks as client (package oob): a QP
 // and, for perftest, a memory region are made by the peer's own program,
-// ibv_rc_pingpong's or ib_write_bw/ib_read_bw's server ([Peer]), one
-// connection per case. [Self] is roce-emu itself as that peer on an
+// ibv_rc_pingpong's server or a perftest server (ib_write_bw, ib_read_bw,
+// ib_atomic_bw, ib_read_bw -b: [Peer]), one connection per case. [Self] is roce-emu itself as that peer on an
 // in-memory transport.Network; everything, waits included, runs under
 // testing/synctest, where a case of seconds takes microseconds.
 //
@@ -35,8 +35,9 @@
 //			}
 //		}},
 //
-// then add it to TestSelfPassesEveryCase's expectations if roce-emu does
-// not pass it (it should), and to docs/conform.md's table.
+// then add it to docs/conform.md's table (TestSelfPassesEveryCase
+// requires that roce-emu passes it), with a test that a broken Self fails
+// it. docs/conform.md lists the steps, a new peer program's included.
 //
 // Waits are bounded by Target.Wait and Target.Quiet, memory by a queue of
 // 4096 unread packets per case; a peer that floods or stays silent costs no
