@@ -105,6 +105,8 @@ func TestConformBadFlags(t *testing.T) {
 		{"conform", "--self", "--mtu", "1000"},
 		{"conform", "--self", "--wait", "0s"},
 		{"conform", "--pingpong", "70000", "host"},
+		{"conform", "--atomic-bw", "70000", "host"},
+		{"conform", "--read-bw-bidir", "-1", "host"},
 		{"conform", "--bind", "0.0.0.0", "127.0.0.1"},
 	} {
 		var o, e bytes.Buffer
@@ -115,4 +117,6 @@ func TestConformBadFlags(t *testing.T) {
 	var o, e bytes.Buffer
 	require.Equal(t, 0, run([]string{"conform", "--list"}, &o, &e))
 	assert.Contains(t, o.String(), "go-back-n")
+	assert.Regexp(t, `(?m)^misaligned-atomic-cmp-swap +ib_atomic_bw +IBTA Vol. 1 9\.4\.5`, o.String())
+	assert.Regexp(t, `(?m)^implied-nak-ack +ib_read_bw -b +IBTA Vol. 1 9\.7\.5\.1`, o.String())
 }
