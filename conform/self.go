@@ -35,6 +35,11 @@ type SelfOptions struct {
 	RxeRetryCount bool
 	// Seed draws the peer's first PSNs; the same seed gives the same run.
 	Seed uint64
+	// AnnouncedOutReads is the out_reads the perftest servers announce;
+	// 0 means 16, the max_dest_rd_atomic their QPs have. A smaller one
+	// makes a peer that takes more READs at once than it said, as one
+	// that never refuses them looks (max-rd-atomic-exceeded fails).
+	AnnouncedOutReads uint16
 }
 
 // Self is roce-emu as the peer under test: one transport.Endpoint on an
@@ -48,6 +53,7 @@ type Self struct {
 	prober transport.Conn
 	mtu    qp.MTU
 	strict bool
+	reads  uint16 // the out_reads perftest announces
 
 	mu   sync.Mutex
 	rng  *rand.Rand
@@ -77,8 +83,11 @@ func NewSelf(opts SelfOptions) (*Self, error) {
 	if opts.WrapConn != nil {
 		pc = opts.WrapConn(pc)
 	}
+	if opts.AnnouncedOutReads == 0 {
+		opts.AnnouncedOutReads = 16
+	}
 	ctx, stop := context.WithCancel(context.Background())
-	return &Self{net: n, ep: transport.NewEndpoint(pc, transport.Options{}), prober: prober, mtu: opts.MTU, strict: !opts.RxeRetryCount,
+	return &Self{reads: opts.AnnouncedOutReads, net: n, ep: transport.NewEndpoint(pc, transport.Options{}), prober: prober, mtu: opts.MTU, strict: !opts.RxeRetryCount,
 		rng: rand.New(rand.NewPCG(opts.Seed, 0x636f6e66)), ctx: ctx, stop: stop}, nil
 }
 
@@ -236,7 +245,7 @@ func (s *Self) perftest(ctx context.Context, conn net.Conn, p Peer) error {
 		return err
 	}
 	defer q.Destroy()
-	local := oob.PerftestKey{OutReads: 16, QPN: q.QPN(), PSN: s.psn(), GID: ep.LocalAddr().Addr(), RKey: mr.RKey, VA: mr.VA}
+	local := oob.PerftestKey{OutReads: s.reads, QPN: q.QPN(), PSN: s.psn(), GID: ep.LocalAddr().Addr(), RKey: mr.RKey, VA: mr.VA}
 	rems, err := ps.Keys(ctx, []oob.PerftestKey{local})
 	if err != nil {
 		return err

@@ -33,9 +33,10 @@ var rxeDepartures = map[string]string{
 	// rxe_resp.c check_resource: "it is the requesters job to not send
 	// too many read/atomic ops, we just recycle the responder resource
 	// queue"; RESPST_ERR_TOO_MANY_RDMA_ATM_REQ only when
-	// max_dest_rd_atomic is 0. Seen: ib_read_bw's out_reads 128, READ 129
-	// of a burst (frame 129) answered by a READ response Only with its 8
-	// bytes (frame 258), as were the 128 before it.
+	// max_dest_rd_atomic is 0. Seen on two runs of the case's one-burst
+	// version: ib_read_bw's out_reads 128, READ 129 of the burst (frame
+	// 129) answered by a READ response Only with its 8 bytes (frame 258),
+	// as were the 128 before it.
 	"max-rd-atomic-exceeded": "departure: rxe answers a READ beyond the max_dest_rd_atomic it granted instead of NAKing it invalid request (it refuses READs and atomics only when max_dest_rd_atomic is 0, and recycles its responder resources otherwise)",
 	// perftest gives ib_read_bw's QP REMOTE_READ only and ib_write_bw's
 	// REMOTE_WRITE only; rxe NAKs the WRITE invalid request.
