@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 
 	"github.com/roce-emu/roce-emu/oob"
 	"github.com/roce-emu/roce-emu/qp"
+	"github.com/roce-emu/roce-emu/rdmacm"
+	"github.com/roce-emu/roce-emu/transport"
 )
 
 // A peer that connects to a perftest server's exchange and sends nothing
@@ -201,4 +204,41 @@ func TestClientToldOfGIDRefusal(t *testing.T) {
 		assert.Contains(t, out.String(), "the server closed the exchange after our address: it likely refused the GID we announced (127.0.0.10)")
 		assert.Contains(t, out.String(), "--allow-gid-mismatch")
 	})
+}
+
+// The same bound on the exchange over rdma_cm (-R): a peer that connects
+// the exchange's QP and sends nothing on it is let go.
+func TestPerftestCMServerSilentPeer(t *testing.T) {
+	port, udp := freeTCPPort(t), freeUDPPort(t)
+	out := &lockedBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- run([]string{"bw", "-R", "--bind", "127.0.0.2", "--udp-port", udp, "-p", port, "--timeout", "20s", "--exchange-timeout", "300ms"}, out, out)
+	}()
+	for i := 0; i < 500 && !strings.Contains(out.String(), "Waiting for client"); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	uport, err := strconv.Atoi(udp)
+	require.NoError(t, err)
+	pport, err := strconv.Atoi(port)
+	require.NoError(t, err)
+	conn, err := transport.ListenUDP(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(uport)), transport.UDPOptions{})
+	require.NoError(t, err)
+	ep := transport.NewEndpoint(conn, transport.Options{})
+	defer ep.Close()
+	svc, err := rdmacm.New(ep, rdmacm.Config{UDPPort: uint16(uport)})
+	require.NoError(t, err)
+	defer svc.Close()
+	cq := ep.NewCQ(8)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := svc.Dial(ctx, netip.MustParseAddr("127.0.0.2"), uint16(pport), rdmacm.ConnParams{PD: ep.NewPD(), SendCQ: cq, RecvCQ: cq,
+		MaxSendWR: 2, MaxRecvWR: 2, RetryCount: 7, RNRRetryCount: 7})
+	require.NoError(t, err, out.String())
+	defer c.Close()
+	code := <-done // --timeout 20s ends it at the latest, with another message
+	assert.Equal(t, 1, code, out.String())
+	assert.Contains(t, out.String(), "roce-emu bw: the exchange with 127.0.0.1 (rdma_cm) stalled: no complete message within --exchange-timeout 300ms: ")
+	assert.Contains(t, out.String(), "version")
+	assert.NotContains(t, out.String(), "--timeout expired")
 }
