@@ -72,13 +72,17 @@ func TestSwitchHelperProcess(t *testing.T) {
 // makes the collector run before the garbage of the dropped datagrams
 // doubles the heap (issue 14: the process ran above hold + 64 MiB with
 // its live heap within it). Heavy (a few hundred MiB, seconds of
-// flooding): skipped with -short; Linux only (/proc).
+// flooding): skipped with -short and under the race detector; Linux
+// only (/proc).
 func TestSwitchPFCFloodRSS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 256 MiB flood; skipped with -short")
 	}
 	if runtime.GOOS != "linux" {
 		t.Skip("reads /proc/PID/status")
+	}
+	if raceEnabled {
+		t.Skip("the race detector's shadow memory is part of the RSS")
 	}
 	const hold, buffer = 256 << 20, 4 << 20
 	sender, err := transport.ListenUDP(netip.MustParseAddrPort("127.0.0.1:0"), transport.UDPOptions{EphemeralPort: true})
