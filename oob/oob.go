@@ -63,17 +63,18 @@ var (
 // "done" with its NUL (sizeof "done").
 const doneMsg = "done\x00"
 
-// bind applies ctx to conn for one step: ctx's deadline becomes conn's,
-// and cancelling ctx makes a blocked read or write return. The returned
-// function undoes the cancellation hook; it does not clear the deadline.
+// bind applies ctx to conn for one step: ctx's deadline becomes conn's
+// (none when ctx has none, so that a step after one with a deadline is
+// not held to it), and cancelling ctx makes a blocked read or write
+// return. The returned function undoes the cancellation hook; it does not
+// clear the deadline.
 func bind(ctx context.Context, conn net.Conn) (func(), error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		if err := conn.SetDeadline(dl); err != nil {
-			return nil, err
-		}
+	dl, _ := ctx.Deadline()
+	if err := conn.SetDeadline(dl); err != nil {
+		return nil, err
 	}
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	return func() { stop() }, nil

@@ -62,3 +62,15 @@ func RemoteIP(conn net.Conn) netip.Addr {
 	}
 	return netip.Addr{}
 }
+
+// LocalIP returns the IP address of conn's local end, or the zero Addr
+// when conn is not a TCP or UDP connection.
+func LocalIP(conn net.Conn) netip.Addr {
+	switch a := conn.LocalAddr().(type) {
+	case *net.TCPAddr:
+		return a.AddrPort().Addr().Unmap()
+	case *net.UDPAddr:
+		return a.AddrPort().Addr().Unmap()
+	}
+	return netip.Addr{}
+}

@@ -67,6 +67,12 @@ func waitWC(t *testing.T, cq *transport.CQ) qp.WC {
 // both connections.
 func connect(t *testing.T, a, b side, l *rdmacm.Listener) (client, server *rdmacm.Conn) {
 	t.Helper()
+	return connectWith(t, a, b, l, a.params([]byte("req-data")), b.params([]byte("rep-data")))
+}
+
+// connectWith is connect with the parameters of each side given.
+func connectWith(t *testing.T, a, b side, l *rdmacm.Listener, ap, bp rdmacm.ConnParams) (client, server *rdmacm.Conn) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	type res struct {
@@ -75,10 +81,10 @@ func connect(t *testing.T, a, b side, l *rdmacm.Listener) (client, server *rdmac
 	}
 	ch := make(chan res, 1)
 	go func() {
-		c, err := l.Accept(ctx, b.params([]byte("rep-data")))
+		c, err := l.Accept(ctx, bp)
 		ch <- res{c, err}
 	}()
-	client, err := a.svc.Dial(ctx, b.svc.LocalAddr(), l.Port(), a.params([]byte("req-data")))
+	client, err := a.svc.Dial(ctx, b.svc.LocalAddr(), l.Port(), ap)
 	require.NoError(t, err)
 	r := <-ch
 	require.NoError(t, r.err)

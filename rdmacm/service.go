@@ -457,14 +457,18 @@ func (s *Service) handleEventLocked(now time.Time, ev cm.Event) {
 }
 
 // applyLocked moves q from INIT to RTS with the negotiated values; the
-// peer's RoCEv2 UDP port is the Service's.
-func (s *Service) applyLocked(q *transport.QP, p *cm.QPParams) error {
+// peer's RoCEv2 UDP port is the Service's, and ackTimeout, when not 0,
+// the local ACK timeout (ConnParams.ACKTimeout).
+func (s *Service) applyLocked(q *transport.QP, p *cm.QPParams, ackTimeout uint8) error {
 	a, m := p.RTRAttr()
 	a.AV.Remote = netip.AddrPortFrom(a.AV.Remote.Addr(), s.udpPort)
 	if err := q.Modify(&a, m); err != nil {
 		return err
 	}
 	a, m = p.RTSAttr()
+	if ackTimeout != 0 && m&qp.IBV_QP_TIMEOUT != 0 {
+		a.Timeout = ackTimeout
+	}
 	return q.Modify(&a, m)
 }
 
@@ -565,6 +569,13 @@ type ConnParams struct {
 	// this side accepts as responder and issues at once (lowered to the
 	// peer's on the passive side).
 	ResponderResources, InitiatorDepth uint8
+	// ACKTimeout is rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT): the QP's
+	// local ACK timeout exponent (4.096 us * 2^ACKTimeout, 1-31) instead
+	// of the one rdma_cm derives from the path's packet lifetime
+	// (PacketLifeTime+1 and the peer's ACK delay, IBTA 12.7.34; about 2 s
+	// with rdma_cm's default lifetime); 0 keeps the path's. Linux applies
+	// it to this side's QP only (rdma_init_qp_attr), as here.
+	ACKTimeout uint8
 	// RetryCount and RNRRetryCount are rdma_conn_param's (0-7): on Dial,
 	// the transport retries of both sides and the RNR retries the peer
 	// makes; on Accept, the RNR retries the active side makes.
@@ -642,7 +653,7 @@ func (s *Service) Dial(ctx context.Context, addr netip.Addr, port uint16, p Conn
 		if c == nil || c.abandoned || c.qpDestroyed {
 			return ErrClosed
 		}
-		err := s.applyLocked(c.qp, pp)
+		err := s.applyLocked(c.qp, pp, p.ACKTimeout)
 		if err != nil {
 			c.applyErr = err
 		}
@@ -760,7 +771,7 @@ func (l *Listener) Accept(ctx context.Context, p ConnParams) (*Conn, error) {
 		var applyErr error
 		params, err := s.mgr.Accept(now, ev.ID, cm.AcceptParams{QPN: q.QPN(), ResponderResources: p.ResponderResources,
 			InitiatorDepth: p.InitiatorDepth, RNRRetryCount: p.RNRRetryCount, SRQ: p.SRQ != nil, PrivateData: p.PrivateData,
-			Apply: func(pp *cm.QPParams) error { applyErr = s.applyLocked(q, pp); return applyErr }})
+			Apply: func(pp *cm.QPParams) error { applyErr = s.applyLocked(q, pp, p.ACKTimeout); return applyErr }})
 		if err != nil {
 			if applyErr == nil {
 				// Our parameters are wrong (too much private data, say):

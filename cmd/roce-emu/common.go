@@ -38,6 +38,9 @@ type netFlags struct {
 	// than the address its exchange connection came from.
 	strictSource bool
 	allowGID     bool
+	// exchangeTimeout bounds the out-of-band exchange once a peer has
+	// connected (--exchange-timeout; exchange.go).
+	exchangeTimeout time.Duration
 	// stderr is where the Endpoint's warnings go (the flag set's output).
 	stderr io.Writer
 	// observe, when set, sees every datagram the Endpoint reads and
@@ -64,12 +67,6 @@ func (n *netFlags) register(fs *flag.FlagSet, defaultBind string) {
 	fs.BoolVar(&n.csum, "udp-checksum", false, "send a computed UDP checksum instead of 0 (rxe sends 0, over IPv4 and IPv6; roce-emu accepts both)")
 	fs.BoolVar(&n.icrc, "verify-icrc", false, "check the ICRC of received IPv4 packets assuming the sender's IP ID is 0 (true of roce-emu peers, not of rxe); IPv6 packets are always checked")
 	fs.BoolVar(&n.strictSource, "strict-source", true, "take a QP's packets from the UDP source port of the peer's first packet only, counting and dropping the rest (--strict-source=false: any port of the peer's address, as rxe)")
-}
-
-// registerGIDCheck registers --allow-gid-mismatch, for the commands whose
-// exchange announces GIDs (pingpong and perftest).
-func (n *netFlags) registerGIDCheck(fs *flag.FlagSet) {
-	fs.BoolVar(&n.allowGID, "allow-gid-mismatch", false, "let the peer announce a GID other than the address its exchange connection came from (a multi-homed peer, or RoCE over IPv6 with the exchange over IPv4)")
 }
 
 // checkPeerGID refuses a GID that is not the address the exchange's

@@ -263,9 +263,9 @@ func liveTarget(host string, f *conformFlags) (*conform.Target, error) {
 		addr := net.JoinHostPort(host, strconv.Itoa(port))
 		ctx, cancel := context.WithTimeout(ctx, f.setup)
 		defer cancel()
-		var d net.Dialer
 		for {
-			c, err := d.DialContext(ctx, "tcp", addr)
+			// From the prober's address, the GID it announces.
+			c, err := dialExchange(ctx, local, host, port)
 			if err == nil {
 				return c, nil
 			}

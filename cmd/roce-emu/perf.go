@@ -105,7 +105,7 @@ func (n *noEffectFlag) Set(v string) error {
 
 func (f *perfFlags) register(fs *flag.FlagSet, kind string) {
 	f.netFlags.register(fs, "127.0.0.1")
-	f.netFlags.registerGIDCheck(fs)
+	f.netFlags.registerExchange(fs)
 	f.ccFlags.register(fs)
 	def := "write"
 	if kind == "lat" {

@@ -88,11 +88,11 @@ func perftestGID(a netip.Addr) string {
 	return strings.Join(parts, ":")
 }
 
-// perftestDial connects to the server, or waits for one client.
-func perftestDial(ctx context.Context, host string, port int, out io.Writer) (net.Conn, error) {
+// perftestDial connects to the server from bind (dialExchange), or waits
+// for one client.
+func perftestDial(ctx context.Context, bind netip.Addr, host string, port int, out io.Writer) (net.Conn, error) {
 	if host != "" {
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		c, err := dialExchange(ctx, bind, host, port)
 		if err != nil {
 			return nil, fmt.Errorf("cannot reach the server at %s port %d: %v", host, port, err)
 		}
@@ -161,7 +161,10 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	}()
 
 	var s *oob.Perftest
-	var peerIP netip.Addr // where the exchange came from: the GIDs are checked against it
+	var peerIP netip.Addr  // where the exchange came from: the GIDs are checked against it
+	var xb *exchangeBound  // --exchange-timeout, from when the peer connected
+	var exLocal netip.Addr // this side's address on the exchange's connection
+	defer func() { err = xb.explain(err) }()
 	if f.rdmaCM || f.rdmaCMz {
 		if pcm, err = perftestCMConnect(ctx, ep, f, host, out); err != nil {
 			return err
@@ -172,17 +175,21 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 			}
 		}()
 		peerIP = pcm.peer
+		xb = f.exchangeBound(pcm.peer.String() + " (rdma_cm)")
 		s = oob.NewPerftestCMServer(pcm)
 		if client {
 			s = oob.NewPerftestCMClient(pcm)
 		}
 	} else {
-		conn, err := perftestDial(ctx, host, f.port, out)
+		bind, _ := netip.ParseAddr(f.bind)
+		conn, err := perftestDial(ctx, bind, host, f.port, out)
 		if err != nil {
 			return err
 		}
 		defer conn.Close()
 		peerIP = oob.RemoteIP(conn)
+		xb = f.exchangeBound(conn.RemoteAddr().String())
+		exLocal = oob.LocalIP(conn)
 		s = oob.NewPerftestServer(conn)
 		if client {
 			s = oob.NewPerftestClient(conn)
@@ -190,19 +197,23 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	}
 
 	s.CycleBufferLimit = f.maxCycle
+	// The set-up steps, up to the barrier before traffic, all within
+	// --exchange-timeout of the peer's connection.
+	xctx, xcancel := xb.under(ctx)
+	defer xcancel()
 	// Versions, system data and MTU, before the QPs exist.
-	peerVer, err := s.Versions(ctx)
+	peerVer, err := s.Versions(xctx)
 	if err != nil {
 		return err
 	}
-	sys, err := s.SysData(ctx, oob.SysData{CycleBuffer: oob.DefaultCycleBuffer, CacheLine: oob.DefaultCacheLine})
+	sys, err := s.SysData(xctx, oob.SysData{CycleBuffer: oob.DefaultCycleBuffer, CacheLine: oob.DefaultCacheLine})
 	if errors.Is(err, oob.ErrCycleBuffer) {
 		return fmt.Errorf("%w (--max-cycle-buffer %d; raise it to accept this peer)", err, f.maxCycle)
 	}
 	if err != nil {
 		return err
 	}
-	curMTU, err := s.MTU(ctx, mtu)
+	curMTU, err := s.MTU(xctx, mtu)
 	if err != nil {
 		return err
 	}
@@ -231,7 +242,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 				return err
 			}
 		}
-		if err := s.Barrier(ctx, "before the rdma_cm connections"); err != nil {
+		if err := s.Barrier(xctx, "before the rdma_cm connections"); err != nil {
 			return err
 		}
 		cmReads := uint8(0)
@@ -239,7 +250,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 			cmReads = uint8(outReads)
 		}
 		connect = func(pd *transport.PD, cq *transport.CQ, init qp.InitAttr, access qp.Access, recvs []qp.RecvWR) (*transport.QP, error) {
-			return pcm.connectQP(ctx, pd, cq, init, access, cmReads, curMTU, recvs)
+			return pcm.connectQP(xctx, pd, cq, init, access, cmReads, curMTU, recvs)
 		}
 	}
 	// The QPs and their memory (sized by the cycle buffer the peer
@@ -255,7 +266,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		}
 		r.noPeak = f.noPeak
 		if connect != nil {
-			if err := s.Barrier(ctx, "after the rdma_cm connections"); err != nil {
+			if err := s.Barrier(xctx, "after the rdma_cm connections"); err != nil {
 				return nil, err
 			}
 		}
@@ -276,11 +287,14 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		if _, err := makeTraffic(); err != nil {
 			return err
 		}
-		remotes, err = s.Keys(ctx, locals)
+		remotes, err = s.Keys(xctx, locals)
 	} else {
-		remotes, err = s.KeysAfter(ctx, f.qps, makeTraffic)
+		remotes, err = s.KeysAfter(xctx, f.qps, makeTraffic)
 	}
 	if err != nil {
+		if client && connect == nil {
+			err = refusedHint(err, ep.LocalAddr().Addr(), exLocal)
+		}
 		return err
 	}
 	for i, pq := range r.qps {
@@ -296,25 +310,39 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		}
 	}
 	r.q, r.remote = r.qps[0].q, r.qps[0].remote
+	qs := make([]*transport.QP, len(r.qps))
+	for i, pq := range r.qps {
+		qs[i] = pq.q
+	}
+	// A step that fails once the QPs are connected says why a QP went to
+	// IBV_QPS_ERR, if one did: the peer may have left after its NAK.
+	defer func() { err = explainQPErr(err, qs...) }()
 	defer watchDeadPath(ctx, f.stderr, r.q)()
 	defer watchProgress(ctx, f.progress, f.stderr, r.q)()
 	ctx, stopMismatch := watchMismatch(ctx, f.stderr, kind, op, f, r.q)
 	defer stopMismatch()
 	r.ctx = ctx
+	xcancel()
+	xctx, xcancel = xb.under(ctx) // the same deadline, under the mismatch watcher
+	defer xcancel()
 	// The barriers after connecting: one per QP and one of QP 0, in the
 	// order of the program (send_bw has QP 0's first).
 	if kind == "bw" && op == qp.IBV_WR_SEND {
-		err = s.Barrier(ctx, "after connecting")
+		err = s.Barrier(xctx, "after connecting")
 		if err == nil {
-			err = s.BarrierEach(ctx, "addresses printed")
+			err = s.BarrierEach(xctx, "addresses printed")
 		}
 	} else {
-		err = s.BarrierEach(ctx, "after connecting")
+		err = s.BarrierEach(xctx, "after connecting")
 		if err == nil {
-			err = s.Barrier(ctx, "addresses printed")
+			err = s.Barrier(xctx, "addresses printed")
 		}
 	}
 	if err != nil {
+		if client && connect == nil {
+			// A server that refused our GID closed after its keys.
+			err = refusedHint(err, ep.LocalAddr().Addr(), exLocal)
+		}
 		return err
 	}
 	printPerftestHeader(out, kind, op, client, peerVer, curMTU, sys, r, f)
@@ -322,10 +350,15 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	// send_bw and every latency test: one more barrier once the receives
 	// are posted, then traffic.
 	if (op == qp.IBV_WR_SEND && !f.all) || (kind == "lat" && op != qp.IBV_WR_SEND) {
-		if err := s.Barrier(ctx, "before traffic"); err != nil {
+		if err := s.Barrier(xctx, "before traffic"); err != nil {
 			return err
 		}
 	}
+	// From here the exchange waits on the traffic: each step is bounded
+	// by --exchange-timeout from its start and the last packet received.
+	xb.finished = true
+	xcancel()
+	r.bound = &stepBound{timeout: f.exchangeTimeout, peer: xb.cause.peer, qps: qs}
 	if err := r.test(ctx, s, kind, client, f, out); err != nil {
 		return err
 	}
@@ -342,7 +375,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	}
 	// ib_write_lat closes the socket without a last barrier or "done".
 	if !(kind == "lat" && op == qp.IBV_WR_RDMA_WRITE) {
-		if err := s.Done(ctx); err != nil {
+		if err := r.bound.do(ctx, s.Done); err != nil {
 			return err
 		}
 	}
@@ -377,10 +410,6 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		}
 	})
 	fmt.Fprintf(out, " counters: %s\n", describeCounters(sum))
-	qs := make([]*transport.QP, len(r.qps))
-	for i, pq := range r.qps {
-		qs[i] = pq.q
-	}
 	fmt.Fprintf(out, " congestion (%s): %s\n", f.ccFlags.describe(), sumCC(qs))
 	fmt.Fprintf(out, " requests served: %d RDMA WRITE, %d RDMA READ, %d SEND, %d atomic\n", sum.RxWriteRequests, sum.RxReadRequests, sum.RxSendRequests, sum.RxAtomicRequests)
 	fmt.Fprintf(out, " drops and refusals: %s\n", describeDrops(sum, ep.Stats(), r.cq))
@@ -497,7 +526,7 @@ func perftestConnect(q *transport.QP, local, rem oob.PerftestKey, peer func(neti
 func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string, client bool, f *perfFlags, out io.Writer) error {
 	gbits := f.gbits
 	fail := func(err error) error {
-		return fmt.Errorf("%v (QP %s; %s; drops and refusals: %s)%s", whyStopped(ctx, err), qpStateWhy(r.q), describeCounters(r.q.Counters()), describeDrops(r.q.Counters(), r.ep.Stats(), r.cq), remoteAccessLine(r.failed, f))
+		return qpTold(fmt.Errorf("%v (QP %s; %s; drops and refusals: %s)%s", whyStopped(ctx, err), qpStateWhy(r.q), describeCounters(r.q.Counters()), describeDrops(r.q.Counters(), r.ep.Stats(), r.cq), remoteAccessLine(r.failed, f)))
 	}
 	program := perftestProgram(kind, r.op)
 	switch {
@@ -539,13 +568,17 @@ func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string
 			fmt.Fprintf(out, " (the server of %s only serves its memory; the client reports)\n", program)
 		}
 		// The client says it is done; then the results go across.
-		if err := s.Barrier(ctx, "traffic done"); err != nil {
+		if err := r.bound.do(ctx, func(ctx context.Context) error { return s.Barrier(ctx, "traffic done") }); err != nil {
 			if !client {
 				return fmt.Errorf("%v (the client stopped before reporting; if it runs -a, start this server with -a too: its buffer is sized for -s %d)", err, f.size)
 			}
 			return err
 		}
-		rem, err := s.BWReports(ctx, oob.BWReport{Size: uint64(r.size), Iters: uint64(n), PeakBW: res.peak, AvgBW: res.avg, MsgRate: res.mpps})
+		var rem oob.BWReport
+		err := r.bound.do(ctx, func(ctx context.Context) (err error) {
+			rem, err = s.BWReports(ctx, oob.BWReport{Size: uint64(r.size), Iters: uint64(n), PeakBW: res.peak, AvgBW: res.avg, MsgRate: res.mpps})
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -588,7 +621,7 @@ func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string
 						return err
 					}
 				}
-				if err := s.Barrier(ctx, fmt.Sprintf("before SENDs of %d bytes", sz)); err != nil {
+				if err := r.bound.do(ctx, func(ctx context.Context) error { return s.Barrier(ctx, fmt.Sprintf("before SENDs of %d bytes", sz)) }); err != nil {
 					return err
 				}
 			}
@@ -606,7 +639,7 @@ func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string
 				printBWLine(out, sz, r.iters*len(r.qps), gbits, res)
 				r.json.noteBW(sz, r.iters*len(r.qps), gbits, res)
 				if f.all {
-					if err := s.Barrier(ctx, fmt.Sprintf("after SENDs of %d bytes", sz)); err != nil {
+					if err := r.bound.do(ctx, func(ctx context.Context) error { return s.Barrier(ctx, fmt.Sprintf("after SENDs of %d bytes", sz)) }); err != nil {
 						return err
 					}
 				}
@@ -654,7 +687,7 @@ func (r *perftestTraffic) repostAll() error {
 // is a barrier after each size too (perftest 4.6 and later).
 func (r *perftestTraffic) bidirBW(ctx context.Context, s *oob.Perftest, f *perfFlags, out io.Writer) error {
 	fail := func(err error) error {
-		return fmt.Errorf("%v (QP %s; %s; drops and refusals: %s)%s", whyStopped(ctx, err), qpStateWhy(r.q), describeCounters(r.q.Counters()), describeDrops(r.q.Counters(), r.ep.Stats(), r.cq), remoteAccessLine(r.failed, f))
+		return qpTold(fmt.Errorf("%v (QP %s; %s; drops and refusals: %s)%s", whyStopped(ctx, err), qpStateWhy(r.q), describeCounters(r.q.Counters()), describeDrops(r.q.Counters(), r.ep.Stats(), r.cq), remoteAccessLine(r.failed, f)))
 	}
 	sizes := []int{r.size}
 	if f.all {
@@ -670,7 +703,7 @@ func (r *perftestTraffic) bidirBW(ctx context.Context, s *oob.Perftest, f *perfF
 		for _, pq := range r.qps {
 			pq.last = nil
 		}
-		if err := s.Barrier(ctx, fmt.Sprintf("before traffic of %d bytes", sz)); err != nil {
+		if err := r.bound.do(ctx, func(ctx context.Context) error { return s.Barrier(ctx, fmt.Sprintf("before traffic of %d bytes", sz)) }); err != nil {
 			return err
 		}
 		var res bwResult
@@ -685,11 +718,14 @@ func (r *perftestTraffic) bidirBW(ctx context.Context, s *oob.Perftest, f *perfF
 			return fail(fmt.Errorf("size %d: %v%s", sz, err, r.remoteAccessHint()))
 		}
 		if f.all {
-			if err := s.Barrier(ctx, fmt.Sprintf("after traffic of %d bytes", sz)); err != nil {
+			if err := r.bound.do(ctx, func(ctx context.Context) error { return s.Barrier(ctx, fmt.Sprintf("after traffic of %d bytes", sz)) }); err != nil {
 				return err
 			}
 		}
-		if rem, err = s.BWReports(ctx, oob.BWReport{Size: uint64(sz), Iters: uint64(n), PeakBW: res.peak, AvgBW: res.avg, MsgRate: res.mpps}); err != nil {
+		if err = r.bound.do(ctx, func(ctx context.Context) (err error) {
+			rem, err = s.BWReports(ctx, oob.BWReport{Size: uint64(sz), Iters: uint64(n), PeakBW: res.peak, AvgBW: res.avg, MsgRate: res.mpps})
+			return err
+		}); err != nil {
 			return err
 		}
 		printBWLine(out, sz, n, f.gbits, bwResult{peak: res.peak + rem.PeakBW, avg: res.avg + rem.AvgBW, mpps: res.mpps + rem.MsgRate})
@@ -866,6 +902,7 @@ type perftestTraffic struct {
 	mapped               bool // buf is mapped outside Go's heap
 	noPeak               bool
 	ctx                  context.Context
+	bound                *stepBound // the exchange's steps once traffic runs
 	wc                   []qp.WC
 	sends, recvs         int         // completions seen (latency tests)
 	atomicInit           []byte      // an atomic server's advertised regions before the test

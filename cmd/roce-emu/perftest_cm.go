@@ -53,6 +53,11 @@ type perftestCM struct {
 	peer     netip.Addr
 	listener *rdmacm.Listener // the server's, for the data QPs
 	data     []*rdmacm.Conn
+	// ackTimeout is -u, every QP's local ACK timeout, as perftest sets it
+	// on its rdma_cm ids (rdma_set_option RDMA_OPTION_ID_ACK_TIMEOUT,
+	// perftest 24.10 on; older ones left rdma_cm's, about 2 s, and a lost
+	// packet at the end of a window cost that long).
+	ackTimeout uint8
 }
 
 // perftestCMResolve is host's address for rdma_cm.
@@ -76,7 +81,7 @@ func perftestCMConnect(ctx context.Context, ep *transport.Endpoint, f *perfFlags
 		return nil, err
 	}
 	c := &perftestCM{svc: svc, cq: ep.NewCQ(8), send: make([]byte, oob.PerftestDestLen), recv: make([]byte, oob.PerftestDestLen),
-		wcs: make([]qp.WC, 8), port: uint16(f.port)}
+		wcs: make([]qp.WC, 8), port: uint16(f.port), ackTimeout: uint8(f.qpTimeout)}
 	pd := ep.NewPD()
 	if c.sendMR, err = pd.RegMR(c.send, 0); err == nil {
 		c.recvMR, err = pd.RegMR(c.recv, qp.IBV_ACCESS_LOCAL_WRITE)
@@ -86,7 +91,7 @@ func perftestCMConnect(ctx context.Context, ep *transport.Endpoint, f *perfFlags
 		return nil, err
 	}
 	params := rdmacm.ConnParams{PD: pd, SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: 2, MaxRecvWR: 2, SQSigAll: true,
-		RetryCount: 7, RNRRetryCount: 7, RecvWRs: []qp.RecvWR{c.recvWR()}}
+		RetryCount: 7, RNRRetryCount: 7, ACKTimeout: c.ackTimeout, RecvWRs: []qp.RecvWR{c.recvWR()}}
 	if host == "" {
 		l, err := svc.Listen(c.port)
 		if err != nil {
@@ -234,7 +239,7 @@ func (c *perftestCM) listen() error {
 // perftestCMDialWait.
 func (c *perftestCM) connectQP(ctx context.Context, pd *transport.PD, cq *transport.CQ, init qp.InitAttr, access qp.Access, outReads uint8, mtu qp.MTU, recvs []qp.RecvWR) (*transport.QP, error) {
 	p := rdmacm.ConnParams{PD: pd, SendCQ: cq, RecvCQ: cq, MaxSendWR: init.MaxSendWR, MaxRecvWR: init.MaxRecvWR, Access: access,
-		ResponderResources: outReads, InitiatorDepth: outReads, RetryCount: 7, RNRRetryCount: 7, PathMTU: mtu,
+		ResponderResources: outReads, InitiatorDepth: outReads, RetryCount: 7, RNRRetryCount: 7, ACKTimeout: c.ackTimeout, PathMTU: mtu,
 		CC: init.CC, NP: init.NP, RPOnly: init.RPOnly}
 	var conn *rdmacm.Conn
 	var err error

@@ -62,7 +62,7 @@ const srqPingpongQPs = 16
 
 func (f *pingpongFlags) register(fs *flag.FlagSet) {
 	f.netFlags.register(fs, "127.0.0.1")
-	f.netFlags.registerGIDCheck(fs)
+	f.netFlags.registerExchange(fs)
 	f.ccFlags.register(fs)
 	fs.IntVar(&f.port, "p", 18515, "TCP `port` of the address exchange")
 	fs.IntVar(&f.size, "s", 4096, "message `size` in bytes (--connection UD: default 1024, at most the port MTU, as ibv_ud_pingpong)")
@@ -325,27 +325,36 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) (err error) {
 			fmt.Fprintf(out, "  local address:  %s\n", r.local[i])
 		}
 	}
-	conn, err := pingpongConn(ctx, mode == "client", host, f.port)
+	bind, _ := netip.ParseAddr(f.bind)
+	conn, err := pingpongConn(ctx, mode == "client", bind, host, f.port)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	r.peer = oob.RemoteIP(conn)
+	// The whole exchange within --exchange-timeout of the connection.
+	xb := f.exchangeBound(conn.RemoteAddr().String())
+	xctx, xcancel := xb.under(ctx)
 	var remote []oob.Dest
 	if f.srq {
-		remote, err = r.exchangeSRQ(ctx, conn, mode == "client", mtu)
+		remote, err = r.exchangeSRQ(xctx, conn, mode == "client", mtu)
 	} else {
 		connect := func(d oob.Dest) error { return r.connect(0, d, mtu) }
 		var d oob.Dest
 		if mode == "client" {
-			d, err = oob.PingpongClient(ctx, conn, r.local[0], connect)
+			d, err = oob.PingpongClient(xctx, conn, r.local[0], connect)
 		} else {
-			d, err = oob.PingpongServer(ctx, conn, r.local[0], connect)
+			d, err = oob.PingpongServer(xctx, conn, r.local[0], connect)
 		}
 		remote = []oob.Dest{d}
 	}
+	xcancel()
 	if err != nil {
-		return fmt.Errorf("address exchange: %w", err)
+		if mode == "client" {
+			// A server that refused our GID closed without its address.
+			err = refusedHint(err, r.local[0].GID, oob.LocalIP(conn))
+		}
+		return fmt.Errorf("address exchange: %w", xb.explain(err))
 	}
 	for _, d := range remote {
 		fmt.Fprintf(out, "  remote address: %s\n", d)
@@ -647,13 +656,12 @@ func (r *pingpongRun) counters() qp.Counters {
 	return sumCounters(cs...)
 }
 
-// pingpongConn connects to the server's address exchange (client), or
-// waits for one client on TCP port (server).
-func pingpongConn(ctx context.Context, client bool, host string, port int) (net.Conn, error) {
+// pingpongConn connects to the server's address exchange from bind
+// (client; dialExchange), or waits for one client on TCP port (server).
+func pingpongConn(ctx context.Context, client bool, bind netip.Addr, host string, port int) (net.Conn, error) {
 	if client {
 		addr := net.JoinHostPort(host, strconv.Itoa(port))
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "tcp", addr)
+		c, err := dialExchange(ctx, bind, host, port)
 		if err != nil {
 			return nil, fmt.Errorf("cannot reach the server's address exchange at %s: %v", addr, err)
 		}

@@ -20,19 +20,34 @@ import (
 	"github.com/roce-emu/roce-emu/transport"
 )
 
-// A `bw -o write` server whose QP a peer's request ends in IBV_QPS_ERR (an
-// RDMA WRITE with a wrong R_Key: NAK Remote Access Error) finishes
-// perftest's exchange with the client and then exits 1, saying which QP
-// ended in ERR and why, and its final counters list the refusal by cause
-// (issue 14, item 3).
-func TestPerftestServerQPErrExitsNonZero(t *testing.T) {
+// qpErrRun is a `bw -o write` server run against a hand-played perftest
+// client whose RDMA WRITE with a wrong R_Key has ended the server's QP in
+// IBV_QPS_ERR (the NAK seen), the exchange up to the traffic done.
+type qpErrRun struct {
+	c    net.Conn
+	x    func(b []byte) []byte // one message each way
+	key  []byte                // the client's key string
+	wait func() (int, string)  // the exit code and output
+}
+
+// startQPErrRun starts the server (with extra flags) and plays the client
+// up to the NAK.
+func startQPErrRun(t *testing.T, extra ...string) *qpErrRun {
+	t.Helper()
+	return startPlayedClient(t, true, extra...)
+}
+
+// startPlayedClient is startQPErrRun, without the WRITE and its NAK when
+// withNAK is false.
+func startPlayedClient(t *testing.T, withNAK bool, extra ...string) *qpErrRun {
+	t.Helper()
 	tcp, udp := freeTCPPort(t), freeUDPPort(t)
 	var out, errb bytes.Buffer
 	var code int
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		code = run([]string{"bw", "-o", "write", "-s", "4096", "-n", "5", "--bind", "127.0.0.2", "--udp-port", udp, "-p", tcp, "--timeout", "20s"}, &out, &errb)
+		code = run(append([]string{"bw", "-o", "write", "-s", "4096", "-n", "5", "--bind", "127.0.0.2", "--udp-port", udp, "-p", tcp, "--timeout", "20s"}, extra...), &out, &errb)
 	}()
 	uport, err := net.LookupPort("udp", udp)
 	require.NoError(t, err)
@@ -48,7 +63,6 @@ func TestPerftestServerQPErrExitsNonZero(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	require.NoError(t, err)
-	defer c.Close()
 	c.SetDeadline(time.Now().Add(20 * time.Second))
 	x := func(b []byte) []byte {
 		t.Helper()
@@ -59,7 +73,6 @@ func TestPerftestServerQPErrExitsNonZero(t *testing.T) {
 		require.NoError(t, err)
 		return r
 	}
-	u64 := func(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 	x(append([]byte("6.06"), make([]byte, 12)...))
 	x([]byte{0, 0, 0x10, 0})
 	x([]byte{0, 0, 0, 64})
@@ -73,6 +86,12 @@ func TestPerftestServerQPErrExitsNonZero(t *testing.T) {
 	x(key)
 	x(key)
 
+	if !withNAK {
+		return &qpErrRun{c: c, x: x, key: key, wait: func() (int, string) {
+			<-done
+			return code, out.String() + errb.String()
+		}}
+	}
 	// An RDMA WRITE at the PSN the server expects, with an R_Key it never
 	// gave: the server's responder NAKs it and its QP goes to ERR.
 	p := bth.Packet{BTH: bth.BTH{Opcode: bth.RCWriteOnly, PKey: bth.DefaultPKey, DestQP: srv.QPN, PSN: mine.PSN, AckReq: true},
@@ -90,7 +109,22 @@ func TestPerftestServerQPErrExitsNonZero(t *testing.T) {
 	var nak bth.Packet
 	require.NoError(t, nak.Decode(buf[:n]))
 	assert.Equal(t, bth.SyndromeRemoteAccess, nak.AETH.Syndrome)
+	return &qpErrRun{c: c, x: x, key: key, wait: func() (int, string) {
+		<-done
+		return code, out.String() + errb.String()
+	}}
+}
 
+// A `bw -o write` server whose QP a peer's request ends in IBV_QPS_ERR (an
+// RDMA WRITE with a wrong R_Key: NAK Remote Access Error) finishes
+// perftest's exchange with the client and then exits 1, saying which QP
+// ended in ERR and why, and its final counters list the refusal by cause
+// (issue 14, item 3).
+func TestPerftestServerQPErrExitsNonZero(t *testing.T) {
+	r := startQPErrRun(t)
+	defer r.c.Close()
+	x, key := r.x, r.key
+	u64 := func(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 	x(u64(4096))
 	x(u64(5))
 	for _, v := range []float64{0.5, 0.4, 0.01} {
@@ -98,8 +132,7 @@ func TestPerftestServerQPErrExitsNonZero(t *testing.T) {
 	}
 	x(key)
 	x([]byte("done\x00"))
-	<-done
-	o := out.String() + errb.String()
+	code, o := r.wait()
 	assert.Equal(t, 1, code, o)
 	assert.Contains(t, o, "drops and refusals: resp_remote_access_errors 1")
 	assert.Contains(t, o, "QP 0x11 ended in IBV_QPS_ERR: qp: the responder refused the request at PSN 0x001234 with NAK_REMOTE_ACCESS")

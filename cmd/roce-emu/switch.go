@@ -109,6 +109,8 @@ func runSwitch(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer sw.Close()
+	_, restore := setSwitchMemoryLimit(cfg.HoldBytes, q.Buffer, q.PFC)
+	defer restore()
 	fmt.Fprintf(stdout, "switch at %s: egress %v to %s, WRED-ECN Kmin %d Kmax %d Pmax %g, buffer %d, PFC %v", a, r, receivers.String(), q.KMin, q.KMax, q.PMax, q.Buffer, q.PFC)
 	if q.PFC {
 		fmt.Fprintf(stdout, " (hold %d)", cfg.HoldBytes)
