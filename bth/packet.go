@@ -121,7 +121,11 @@ func (p *Packet) decodeHeaders(b []byte) (int, *OpInfo, error) {
 		return 0, nil, &DecodeError{Err: ErrTVer, Header: "BTH", Opcode: op, OpcodeKnown: true}
 	}
 	off := BTHLen
-	for _, x := range extOrder {
+	if info.Ext == 0 {
+		return off, info, nil // MIDDLE packets and most others: the BTH alone
+	}
+	for i := range extOrder {
+		x := &extOrder[i]
 		if info.Ext&x.ext == 0 {
 			continue
 		}

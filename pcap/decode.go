@@ -110,7 +110,11 @@ type Decoder struct {
 	ip6dst  ipv6Destination
 	udp     layers.UDP
 	parsers map[gopacket.LayerType]*gopacket.DecodingLayerParser
-	decoded []gopacket.LayerType
+	// lastFirst and lastParser cache the parser of the last frame: a
+	// capture's frames mostly start with the same layer.
+	lastFirst  gopacket.LayerType
+	lastParser *gopacket.DecodingLayerParser
+	decoded    []gopacket.LayerType
 	// MaxFragmented bounds the IPv4 datagrams in reassembly at once (0:
 	// DefaultMaxFragmented); the oldest is dropped for a new one.
 	MaxFragmented int
@@ -142,12 +146,23 @@ func NewDecoder() *Decoder {
 }
 
 func (d *Decoder) parser(first gopacket.LayerType) *gopacket.DecodingLayerParser {
+	if first == d.lastFirst && d.lastParser != nil {
+		return d.lastParser
+	}
 	p := d.parsers[first]
 	if p == nil {
-		p = gopacket.NewDecodingLayerParser(first, &d.eth, &d.dot1q, &d.sll, &d.loop, &d.ip4, &d.ip6, &d.ip6dst, &d.udp)
+		p = gopacket.NewDecodingLayerParser(first)
+		// The sparse container finds a layer's decoder by indexing a
+		// slice with its type, where the default map hashes it.
+		dlc := gopacket.DecodingLayerContainer(gopacket.DecodingLayerSparse(nil))
+		for _, l := range []gopacket.DecodingLayer{&d.eth, &d.dot1q, &d.sll, &d.loop, &d.ip4, &d.ip6, &d.ip6dst, &d.udp} {
+			dlc = dlc.Put(l)
+		}
+		p.SetDecodingLayerContainer(dlc)
 		p.IgnoreUnsupported = true
 		d.parsers[first] = p
 	}
+	d.lastFirst, d.lastParser = first, p
 	return p
 }
 

@@ -10,7 +10,9 @@
 //     files, through gopacket's pcapgo, behind validators that refuse the
 //     lengths pcapgo would trust (ErrCorruptCapture) and tell a file cut
 //     short (ErrTruncatedCapture) from one that ends. Link types have all
-//     their bits (LinkType), not gopacket's 8.
+//     their bits (LinkType), not gopacket's 8. Open maps files of 1 MiB or
+//     more on Linux (read-only; a file truncated under the mapping is a
+//     read error).
 //   - Writer: a pcap file of Ethernet frames that tshark decodes as RoCEv2.
 //   - Decoder: frame -> addresses, ECN, the decoded transport packet and
 //     whether its ICRC verifies; Ethernet, raw IP, Linux cooked v1 and v2,

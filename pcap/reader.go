@@ -112,21 +112,46 @@ type Reader struct {
 	err    error // the error that ended reading
 }
 
-// Open opens a capture file. Errors name the file.
+// Open opens a capture file. Errors name the file. On Linux a regular file
+// of 1 MiB or more is read through a memory mapping, which saves a copy per
+// byte; a file truncated while it is read then gives a "read error" where
+// the mapping would crash the process. Elsewhere, and for smaller files
+// and pipes, the file is read a MiB at a time.
 func Open(path string) (*Reader, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	// Files are read a MiB at a time: fewer system calls (NewReader keeps
-	// a bufio.Reader this large as it is).
-	r, err := NewReader(bufio.NewReaderSize(f, 1<<20))
+	src, unmap := openSource(f)
+	r, err := NewReader(src)
 	if err != nil {
+		unmap()
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	r.closer = f
+	r.closer = fileCloser{f, unmap}
 	return r, nil
+}
+
+// fileCloser closes what Open opened: the mapping, then the file.
+type fileCloser struct {
+	f     *os.File
+	unmap func() error
+}
+
+func (c fileCloser) Close() error {
+	err := c.unmap()
+	if cerr := c.f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// peekReader is a reader NewReader can peek at without a buffer of its
+// own: a bufio.Reader, or Open's mapping.
+type peekReader interface {
+	io.Reader
+	Peek(n int) ([]byte, error)
 }
 
 // NewReader reads a capture from r, telling pcap from pcapng by the magic
@@ -141,7 +166,10 @@ func NewReader(r io.Reader) (rd *Reader, err error) {
 			rd, err = nil, fmt.Errorf("%w: gopacket failed on the file header: %v", ErrCorruptCapture, p)
 		}
 	}()
-	br := bufio.NewReaderSize(r, 1<<16)
+	br, ok := r.(peekReader)
+	if !ok {
+		br = bufio.NewReaderSize(r, 1<<16)
+	}
 	magic, err := br.Peek(4)
 	if err != nil {
 		if err != io.EOF {

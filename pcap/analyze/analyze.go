@@ -108,6 +108,13 @@ type Analyzer struct {
 	cmX      map[cmXKey]*CMExchange
 	cmOrder  []*CMExchange // in the order of their first REQ
 	scratch  []*conn       // for evict
+	// The last request and response lookups, tried before the maps: a
+	// capture's packets come in runs of one connection. Cleared when a
+	// connection or binding goes.
+	lastReqKey  reqKey
+	lastReq     *conn
+	lastRespKey respKey
+	lastResp    *conn
 }
 
 // New returns an Analyzer.
@@ -220,7 +227,10 @@ func (a *Analyzer) reqConn(frame int, rec *pcap.Record) *conn {
 	if tr == bth.TransportUD {
 		k.srcQP = p.DETH.SrcQP
 	}
-	c := a.conns[k]
+	c := a.lastReq
+	if c == nil || k != a.lastReqKey {
+		c = a.conns[k]
+	}
 	if c != nil && tr != bth.TransportUD && c.sent && c.outOfEpoch(p.BTH.PSN, int64(a.cfg.EpochGap)) {
 		a.finish(c)
 		c = a.newConn(k, rec, c.epoch+1)
@@ -228,6 +238,7 @@ func (a *Analyzer) reqConn(frame int, rec *pcap.Record) *conn {
 	if c == nil {
 		c = a.newConn(k, rec, 0)
 	}
+	a.lastReqKey, a.lastReq = k, c
 	return c
 }
 
@@ -246,7 +257,7 @@ func (a *Analyzer) newConn(k reqKey, rec *pcap.Record, epoch int) *conn {
 		// The CM named the requester's QPN: its responses are bound now.
 		c.reqQPN, c.reqQPNKnown = cm.reqQPN, true
 		c.cmPSN = &cm.firstPSN
-		a.bound[respKey{resp: k.resp, req: k.req, reqQPN: cm.reqQPN}] = c
+		a.bind(respKey{resp: k.resp, req: k.req, reqQPN: cm.reqQPN}, c)
 		delete(a.cm, cmKey{k.req, k.resp, k.respQPN})
 	}
 	a.conns[k] = c
@@ -280,12 +291,23 @@ func (a *Analyzer) evict(n int) {
 		}
 	}
 	a.sum.EvictedConnections += n
+	a.forget()
 	clear(old)
 	a.scratch = old[:0]
 }
 
+// bind binds responses of rk to c.
+func (a *Analyzer) bind(rk respKey, c *conn) {
+	a.bound[rk] = c
+	a.lastRespKey, a.lastResp = rk, c
+}
+
+// forget clears the lookups cached in lastReq and lastResp.
+func (a *Analyzer) forget() { a.lastReq, a.lastResp = nil, nil }
+
 // drop forgets a live connection and its bindings.
 func (a *Analyzer) drop(c *conn) {
+	a.forget()
 	delete(a.conns, c.key)
 	for rk, b := range a.bound {
 		if b == c {
@@ -309,7 +331,11 @@ func (a *Analyzer) finish(c *conn) {
 // (responder, requester, QPN) is bound to, or binds one.
 func (a *Analyzer) respConn(rec *pcap.Record) *conn {
 	rk := respKey{resp: rec.Src, req: rec.Dst, reqQPN: rec.Packet.BTH.DestQP}
+	if a.lastResp != nil && rk == a.lastRespKey {
+		return a.lastResp
+	}
 	if c := a.bound[rk]; c != nil {
+		a.lastRespKey, a.lastResp = rk, c
 		return c
 	}
 	psn := rec.Packet.BTH.PSN
@@ -341,7 +367,7 @@ func (a *Analyzer) respConn(rec *pcap.Record) *conn {
 		return nil
 	}
 	c.reqQPN, c.reqQPNKnown = rk.reqQPN, true
-	a.bound[rk] = c
+	a.bind(rk, c)
 	return c
 }
 
@@ -372,7 +398,7 @@ func (a *Analyzer) cnpConn(rec *pcap.Record) *conn {
 	}
 	if only.key.tr == bth.TransportRC {
 		only.reqQPN, only.reqQPNKnown = rk.reqQPN, true
-		a.bound[rk] = only
+		a.bind(rk, only)
 	}
 	return only
 }

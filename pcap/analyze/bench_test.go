@@ -3,6 +3,7 @@ package analyze_test
 import (
 	"bytes"
 	"io"
+	"runtime"
 	"testing"
 
 	"github.com/roce-emu/roce-emu/internal/gencap"
@@ -45,4 +46,62 @@ func BenchmarkAnalyzeCapture(b *testing.B) {
 		}
 		a.Report()
 	}
+}
+
+// decodedCapture returns the records of the generated capture of
+// BenchmarkAnalyzeCapture, each decoded from its own copy of the frame.
+func decodedCapture(b *testing.B) ([]pcap.Record, []pcap.Kind, int64) {
+	var buf bytes.Buffer
+	if _, err := gencap.Generate(&buf, gencap.Config{Messages: 50}); err != nil {
+		b.Fatal(err)
+	}
+	size := int64(buf.Len())
+	r, err := pcap.NewReader(&buf)
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := pcap.NewDecoder()
+	var recs []pcap.Record
+	var kinds []pcap.Kind
+	for {
+		frame, ci, lt, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		var rec pcap.Record
+		k, err := d.Decode(bytes.Clone(frame), ci, lt, &rec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		recs, kinds = append(recs, rec), append(kinds, k)
+	}
+	return recs, kinds, size
+}
+
+// BenchmarkAnalyzerAdd is the analyzer alone: Analyzer.Add over the
+// decoded frames of the generated capture, then Report; ns/packet and
+// allocs/packet are per frame.
+func BenchmarkAnalyzerAdd(b *testing.B) {
+	recs, kinds, size := decodedCapture(b)
+	b.SetBytes(size)
+	b.ReportAllocs()
+	var allocs uint64
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	start := ms.Mallocs
+	for b.Loop() {
+		a := analyze.New(analyze.Config{})
+		for i := range recs {
+			a.Add(i+1, kinds[i], &recs[i])
+		}
+		a.Report()
+	}
+	runtime.ReadMemStats(&ms)
+	allocs = ms.Mallocs - start
+	n := float64(b.N) * float64(len(recs))
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/n, "ns/packet")
+	b.ReportMetric(float64(allocs)/n, "allocs/packet")
 }

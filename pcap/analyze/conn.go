@@ -88,6 +88,10 @@ type conn struct {
 
 	binWidth time.Duration
 	bins     []uint64
+	// binLo and binHi bound the offsets from firstTime of the last bin
+	// added to, bins[binLast]: the next packet mostly falls in it too.
+	binLo, binHi time.Duration
+	binLast      int
 
 	checks       []Check
 	checkKinds   map[string]int
@@ -204,7 +208,12 @@ func (c *conn) setHigh(u int64) {
 }
 
 func (c *conn) addBin(a *Analyzer, t time.Time, n int) {
-	i := int(t.Sub(c.firstTime) / c.binWidth)
+	d := t.Sub(c.firstTime)
+	if d >= c.binLo && d < c.binHi {
+		c.bins[c.binLast] += uint64(n)
+		return
+	}
+	i := int(d / c.binWidth)
 	if i < 0 {
 		i = 0
 	}
@@ -225,6 +234,10 @@ func (c *conn) addBin(a *Analyzer, t time.Time, n int) {
 		c.bins = append(c.bins, 0)
 	}
 	c.bins[i] += uint64(n)
+	c.binLast, c.binLo, c.binHi = i, time.Duration(i)*c.binWidth, time.Duration(i+1)*c.binWidth
+	if d < 0 {
+		c.binLo, c.binHi = 0, 0 // before the first frame (a capture out of order): not cached
+	}
 }
 
 var posNames = [...]string{bth.PosNone: "REQUEST", bth.PosFirst: "FIRST", bth.PosMiddle: "MIDDLE", bth.PosLast: "LAST", bth.PosOnly: "ONLY"}

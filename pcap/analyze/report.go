@@ -119,7 +119,16 @@ type Connection struct {
 	// response to a later request came (IBTA 9.7.5.1.2).
 	ImpliedNAKs int `json:"implied_naks"`
 	// Duplicates counts resent request packets whose PSN was ACKed already
-	// (spurious resends); ReACKs ACKs that acknowledge nothing new.
+	// (spurious resends). ReACKs counts ACKs that acknowledge nothing new:
+	// their PSN is not past the highest PSN an earlier ACK, NAK or
+	// response in the capture acknowledged. A responder sends them when it
+	// answers duplicate SENDs and WRITEs whose PSNs it had acknowledged,
+	// with an ACK for the last PSN it took (IBTA 9.7.5, rxe's
+	// duplicate_request). The first answer to duplicates whose first
+	// sending no ACK covered yet (its ACK coalesced away, or lost before
+	// the capture point) acknowledges them for the first time and is not
+	// counted here. ACKs counts every ACK, re-ACKs included. Duplicate
+	// READs are answered by READ responses (ReadResent).
 	Duplicates  int `json:"duplicates"`
 	ReACKs      int `json:"re_acks"`
 	ReadResent  int `json:"read_responses_resent"`
