@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"reflect"
+	"runtime"
 	"sync"
 	"time"
 
@@ -97,6 +98,18 @@ type Options struct {
 	// a batch at a time, as the Conn takes it, from the memory region,
 	// and the Endpoint's lock is not held while the Conn writes.
 	SendBatch int
+	// BusyPoll, when positive, makes the Endpoint spin instead of sleep
+	// for up to this long at each of the two places its receive path
+	// waits, for latency tests (perftest's busy polling; Linux's
+	// SO_BUSY_POLL): CQ.Wait polls the CQ, yielding the processor
+	// between tries, before it parks; and the read loop's UDP Conn (the
+	// Linux one, under any decorators) spins on a non-blocking recvmmsg
+	// before it waits on the network poller (UDPOptions.BusyPoll). Each
+	// spin costs a busy CPU while it lasts, measured on the wall clock
+	// (not Options.Clock): keep it zero under testing/synctest, whose
+	// clock stands still while goroutines run. Zero (the default) sleeps.
+	// docs/datapath.md has the goroutines and the figures.
+	BusyPoll time.Duration
 }
 
 // DefaultSendBatch is Options.SendBatch's default.
@@ -227,6 +240,11 @@ func NewEndpoint(conn Conn, opts Options) *Endpoint {
 	_, ep.onNetwork = innermost(conn).(*memConn)
 	ep.sendFn = ep.sendLoop
 	ep.sendIdle.L = &ep.mu
+	if opts.BusyPoll > 0 {
+		if bp, ok := innermost(conn).(interface{ setBusyPoll(time.Duration) }); ok {
+			bp.setBusyPoll(opts.BusyPoll)
+		}
+	}
 	go ep.readLoop()
 	return ep
 }
@@ -643,6 +661,7 @@ func (c *CQ) Wait(ctx context.Context, wc []qp.WC) (int, error) {
 			c.ep.mu.Unlock()
 		}
 	}()
+	var spinSince time.Time
 	for {
 		c.ep.mu.Lock()
 		if n := c.cq.Poll(wc); n > 0 {
@@ -652,6 +671,19 @@ func (c *CQ) Wait(ctx context.Context, wc []qp.WC) (int, error) {
 		if c.ep.closed {
 			c.ep.mu.Unlock()
 			return 0, ErrClosed
+		}
+		if bp := c.ep.opts.BusyPoll; bp > 0 {
+			// Busy-polling: try again before parking, until the
+			// budget is spent or ctx ends.
+			now := time.Now()
+			if spinSince.IsZero() {
+				spinSince = now
+			}
+			if now.Sub(spinSince) < bp && ctx.Err() == nil {
+				c.ep.mu.Unlock()
+				runtime.Gosched()
+				continue
+			}
 		}
 		if w == nil {
 			if k := len(c.free); k > 0 {
