@@ -305,8 +305,17 @@ func (ep *Endpoint) readLoop() {
 	for i := range ds {
 		ds[i].Data = make([]byte, 0, 16<<10)
 	}
+	// A Linux UDP Conn with GRO on, with no decorator around it, hands
+	// out the datagrams in its own buffers instead of copying them into
+	// ds: each batch is done with before the next read.
+	read := ep.conn.ReadBatch
+	if a, ok := ep.conn.(interface {
+		readBatchAliased([]Datagram) (int, error)
+	}); ok {
+		read = a.readBatchAliased
+	}
 	for {
-		n, err := ep.conn.ReadBatch(ds)
+		n, err := read(ds)
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) {
 				ep.log.Error("read failed; endpoint stops", "err", err)

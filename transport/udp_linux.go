@@ -299,7 +299,7 @@ func (c *udpConn) ReadBatch(ds []Datagram) (int, error) {
 		return 0, nil
 	}
 	if c.gro {
-		return c.readGRO(ds)
+		return c.readGRO(ds, false)
 	}
 	for i := range k {
 		buf := ds[i].Data[:cap(ds[i].Data)]
@@ -348,9 +348,28 @@ func (c *udpConn) ReadBatch(ds []Datagram) (int, error) {
 	return c.rn, nil
 }
 
+// readBatchAliased is ReadBatch, except that with GRO on each ds[i].Data
+// is set to the segment in the Conn's own buffer instead of a copy of it
+// (capacity cut to its length): valid until the next read, and not to be
+// written. The Endpoint's read loop, which is done with a batch before it
+// reads the next, saves a copy of every datagram so. With GRO off it is
+// ReadBatch: recvmmsg fills ds[i].Data's capacity.
+func (c *udpConn) readBatchAliased(ds []Datagram) (int, error) {
+	if !c.gro {
+		return c.ReadBatch(ds)
+	}
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	if min(len(ds), len(c.rhdrs)) == 0 {
+		return 0, nil
+	}
+	return c.readGRO(ds, true)
+}
+
 // readGRO is ReadBatch with GRO on: segments left from the last read
-// first, else one recvmmsg into the GRO buffers.
-func (c *udpConn) readGRO(ds []Datagram) (int, error) {
+// first, else one recvmmsg into the GRO buffers. With alias, ds[i].Data
+// are the segments themselves (readBatchAliased).
+func (c *udpConn) readGRO(ds []Datagram, alias bool) (int, error) {
 	if c.gm >= c.gn {
 		if c.gbufs == nil {
 			// On first use: a Conn that only sends never needs them.
@@ -403,6 +422,8 @@ func (c *udpConn) readGRO(ds []Datagram) (int, error) {
 			d.Data = d.Data[:0]
 			seg = seg[:0]
 			c.goff = n
+		case alias:
+			d.Data = seg[:len(seg):len(seg)]
 		case cap(d.Data) == 0:
 			d.Data = append(d.Data[:0], seg...)
 		case len(seg) > cap(d.Data):
