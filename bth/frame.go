@@ -109,6 +109,12 @@ func (e *Encap) IPHeaderLen() int {
 // both valid addresses of one family, or the datagram would exceed 65535
 // bytes.
 func (e *Encap) AppendIPUDP(b []byte, udpPayload int) ([]byte, error) {
+	return e.appendIPUDP(b, udpPayload, true)
+}
+
+// appendIPUDP is AppendIPUDP; without sum it leaves the IPv4 header
+// checksum 0, for the ICRC, which masks it (IBTA Annex A17.8).
+func (e *Encap) appendIPUDP(b []byte, udpPayload int, sum bool) ([]byte, error) {
 	if err := e.check(); err != nil {
 		return b, err
 	}
@@ -129,7 +135,9 @@ func (e *Encap) AppendIPUDP(b []byte, udpPayload int) ([]byte, error) {
 			ttl, 17, 0, 0)
 		b = append(b, s[:]...)
 		b = append(b, d[:]...)
-		binary.BigEndian.PutUint16(b[start+10:], ipv4Checksum(b[start:start+IPv4Len]))
+		if sum {
+			binary.BigEndian.PutUint16(b[start+10:], ipv4Checksum(b[start:start+IPv4Len]))
+		}
 	} else {
 		s, d := e.Src.As16(), e.Dst.As16()
 		fl := e.FlowLabel & 0xFFFFF
@@ -150,7 +158,7 @@ func (e *Encap) AppendIPUDP(b []byte, udpPayload int) ([]byte, error) {
 // travel inside the headers e describes. It does not allocate.
 func (e *Encap) ICRC(pkt []byte) (uint32, error) {
 	var hdr [IPv6Len + UDPLen]byte
-	h, err := e.AppendIPUDP(hdr[:0], len(pkt)+ICRCLen)
+	h, err := e.appendIPUDP(hdr[:0], len(pkt)+ICRCLen, false) // the ICRC masks the IPv4 checksum
 	if err != nil {
 		return 0, err
 	}

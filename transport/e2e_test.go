@@ -40,13 +40,18 @@ func defaultPair() pairConfig {
 // connect builds endpoints on the two Conns and connects a QP on each to
 // the other, as ibv_rc_pingpong would after its exchange.
 func connect(t testing.TB, conns [2]Conn, cfg pairConfig) [2]*side {
+	return connectOpts(t, conns, cfg, Options{})
+}
+
+// connectOpts is connect with Endpoints of options opts.
+func connectOpts(t testing.TB, conns [2]Conn, cfg pairConfig, opts Options) [2]*side {
 	var s [2]*side
 	for i := range 2 {
 		conn := conns[i]
 		if cfg.faults[i] != nil {
 			conn = WithFaults(conn, cfg.faults[i], nil)
 		}
-		ep := NewEndpoint(conn, Options{})
+		ep := NewEndpoint(conn, opts)
 		t.Cleanup(func() { ep.Close() })
 		pd := ep.NewPD()
 		cq := ep.NewCQ(1 << 16)

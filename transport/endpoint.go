@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"reflect"
+	"runtime"
 	"sync"
 	"time"
 
@@ -97,6 +98,18 @@ type Options struct {
 	// a batch at a time, as the Conn takes it, from the memory region,
 	// and the Endpoint's lock is not held while the Conn writes.
 	SendBatch int
+	// BusyPoll, when positive, makes the Endpoint spin instead of sleep
+	// for up to this long at each of the two places its receive path
+	// waits, for latency tests (perftest's busy polling; Linux's
+	// SO_BUSY_POLL): CQ.Wait polls the CQ, yielding the processor
+	// between tries, before it parks; and the read loop's UDP Conn (the
+	// Linux one, under any decorators) spins on a non-blocking recvmmsg
+	// before it waits on the network poller (UDPOptions.BusyPoll). Each
+	// spin costs a busy CPU while it lasts, measured on the wall clock
+	// (not Options.Clock): keep it zero under testing/synctest, whose
+	// clock stands still while goroutines run. Zero (the default) sleeps.
+	// docs/datapath.md has the goroutines and the figures.
+	BusyPoll time.Duration
 }
 
 // DefaultSendBatch is Options.SendBatch's default.
@@ -187,12 +200,18 @@ type Endpoint struct {
 	sendIdle sync.Cond // broadcast when a batch has been written (L is &mu)
 	closing  bool      // Close is sending what was queued
 	sendFn   func()    // sendLoop as a func value: go sendFn() allocates nothing
-	rr       int       // where in order the next batch starts
 
-	mu      sync.Mutex
-	qps     map[uint32]*QP
-	order   []*QP
-	cqs     []*CQ
+	mu  sync.Mutex
+	qps map[uint32]*QP // by QPN: the receive path's demultiplexer
+	// order holds every QP; timers, active and dirty schedule those
+	// with something to do (schedule.go).
+	order  []*QP
+	timers deadlineHeap
+	active qpQueue
+	dirty  []*QP
+	cqs    []*CQ
+	// waiting holds the CQs that have goroutines in Wait (CQ.listed).
+	waiting []*CQ
 	dev     *qp.Device // QPNs, memory-region keys and addresses
 	stats   Stats
 	closed  bool
@@ -221,6 +240,11 @@ func NewEndpoint(conn Conn, opts Options) *Endpoint {
 	_, ep.onNetwork = innermost(conn).(*memConn)
 	ep.sendFn = ep.sendLoop
 	ep.sendIdle.L = &ep.mu
+	if opts.BusyPoll > 0 {
+		if bp, ok := innermost(conn).(interface{ setBusyPoll(time.Duration) }); ok {
+			bp.setBusyPoll(opts.BusyPoll)
+		}
+	}
 	go ep.readLoop()
 	return ep
 }
@@ -281,8 +305,17 @@ func (ep *Endpoint) readLoop() {
 	for i := range ds {
 		ds[i].Data = make([]byte, 0, 16<<10)
 	}
+	// A Linux UDP Conn with GRO on, with no decorator around it, hands
+	// out the datagrams in its own buffers instead of copying them into
+	// ds: each batch is done with before the next read.
+	read := ep.conn.ReadBatch
+	if a, ok := ep.conn.(interface {
+		readBatchAliased([]Datagram) (int, error)
+	}); ok {
+		read = a.readBatchAliased
+	}
 	for {
-		n, err := ep.conn.ReadBatch(ds)
+		n, err := read(ds)
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) {
 				ep.log.Error("read failed; endpoint stops", "err", err)
@@ -347,6 +380,7 @@ func (ep *Endpoint) receiveLocked(now time.Time, d *Datagram) {
 	}
 	ri := qp.RecvInfo{Src: d.Src, Dst: d.Dst, TOS: d.TOS, HopLimit: d.TTL}
 	q.q.HandleReceived(now, p, &ri)
+	ep.touchLocked(q)
 }
 
 // checkICRC says whether d's ICRC is verified (see ICRCCheck).
@@ -419,13 +453,23 @@ func (ep *Endpoint) flushLocked(now time.Time) {
 	ep.armLocked()
 }
 
-// signalLocked wakes the waiters of CQs that hold completions.
+// signalLocked wakes the waiters of CQs that hold completions, and
+// forgets the CQs that no goroutine waits on any more.
 func (ep *Endpoint) signalLocked() {
-	for _, c := range ep.cqs {
-		if c.cq.Len() > 0 {
+	k := 0
+	for _, c := range ep.waiting {
+		if len(c.waiters) > 0 && c.cq.Len() > 0 {
 			c.signal()
 		}
+		if len(c.waiters) > 0 {
+			ep.waiting[k] = c
+			k++
+		} else {
+			c.listed = false
+		}
 	}
+	clear(ep.waiting[k:])
+	ep.waiting = ep.waiting[:k]
 }
 
 // sendLoop writes, a batch at a time, what flushLocked's batch could not
@@ -484,89 +528,57 @@ func (ep *Endpoint) sendBatchLocked(now time.Time) bool {
 	return more
 }
 
-// collectLocked fills ep.batch from the QPs, round robin from ep.rr, and
-// reports whether it stopped because the batch was full.
+// collectLocked fills ep.batch from the active QPs in turn, up to
+// sendQuota packets from each before the next one's turn, and reports
+// whether it stopped because the batch was full. A QP with nothing more
+// to send leaves the active queue until its next event.
 func (ep *Endpoint) collectLocked(now time.Time) bool {
-	nq := len(ep.order)
-	if nq == 0 {
-		return false
-	}
-	start := ep.rr % nq
-	ep.rr = start + 1
-	for {
-		progress := false
-		for k := range nq {
-			q := ep.order[(start+k)%nq]
-			ud := q.q.Type() == qp.IBV_QPT_UD
-			for range sendQuota {
-				if len(ep.batch) == ep.opts.SendBatch {
-					return true
-				}
-				if !q.q.NextPacket(now, &ep.pkt) {
-					break
-				}
-				progress = true
-				if ud {
-					// A UD packet goes where its work request's address
-					// handle says.
-					q.setEncap(q.q.SentTo())
-				}
-				start := len(ep.arena)
-				var err error
-				ep.arena, err = ep.pkt.Append(ep.arena, &q.encap)
-				if err != nil {
-					ep.stats.EncodeErrors++
-					ep.log.Error("cannot encode packet", "qpn", q.q.QPN, "err", err)
-					continue
-				}
-				d := Datagram{Data: ep.arena[start:len(ep.arena):len(ep.arena)], Src: q.src, Dst: q.dst,
-					TOS: q.encap.TrafficClass, TTL: q.encap.HopLimit}
-				if ep.pkt.BTH.Opcode == bth.CNP {
-					d.TOS = q.cnpTOS
-				}
-				ep.batch = append(ep.batch, d)
+	for n := ep.active.len(); n > 0; n-- {
+		q := ep.active.pop()
+		if q.gone {
+			continue
+		}
+		ep.dirtyLocked(q) // NextPacket arms timers and the pacer
+		ud := q.q.Type() == qp.IBV_QPT_UD
+		more := true
+		for range sendQuota {
+			if len(ep.batch) == ep.opts.SendBatch {
+				ep.active.push(q)
+				return true
 			}
+			if !q.q.NextPacket(now, &ep.pkt) {
+				more = false
+				break
+			}
+			if ud {
+				// A UD packet goes where its work request's address
+				// handle says.
+				q.setEncap(q.q.SentTo())
+			}
+			start := len(ep.arena)
+			var err error
+			ep.arena, err = ep.pkt.Append(ep.arena, &q.encap)
+			if err != nil {
+				ep.stats.EncodeErrors++
+				ep.log.Error("cannot encode packet", "qpn", q.q.QPN, "err", err)
+				continue
+			}
+			d := Datagram{Data: ep.arena[start:len(ep.arena):len(ep.arena)], Src: q.src, Dst: q.dst,
+				TOS: q.encap.TrafficClass, TTL: q.encap.HopLimit}
+			if ep.pkt.BTH.Opcode == bth.CNP {
+				d.TOS = q.cnpTOS
+			}
+			ep.batch = append(ep.batch, d)
 		}
-		if !progress {
-			return false
-		}
-	}
-}
-
-// armLocked sets the timer to the earliest QP deadline.
-func (ep *Endpoint) armLocked() {
-	var next time.Time
-	for _, q := range ep.order {
-		if d := q.q.Deadline(); !d.IsZero() && (next.IsZero() || d.Before(next)) {
-			next = d
-		}
-	}
-	if next.IsZero() || (!ep.timerAt.IsZero() && !next.Before(ep.timerAt)) {
-		return
-	}
-	ep.timerAt = next
-	wait := next.Sub(ep.clock.Now())
-	if ep.timer == nil {
-		ep.timer = ep.clock.AfterFunc(wait, ep.onTimer)
-	} else {
-		ep.timer.Reset(wait)
-	}
-}
-
-func (ep *Endpoint) onTimer() {
-	ep.mu.Lock()
-	defer ep.mu.Unlock()
-	if ep.closed {
-		return
-	}
-	now := ep.clock.Now()
-	ep.timerAt = time.Time{}
-	for _, q := range ep.order {
-		if d := q.q.Deadline(); !d.IsZero() && !now.Before(d) {
-			q.q.HandleTimeout(now)
+		if more {
+			// Its quota is used: its next turn comes after the others'.
+			ep.active.push(q)
+			n++ // it is still to be asked within this batch
+		} else {
+			q.active = false
 		}
 	}
-	ep.flushLocked(now)
+	return false
 }
 
 // PD is a protection domain of an Endpoint.
@@ -613,6 +625,7 @@ type CQ struct {
 	// reuse, so that a wake-up allocates nothing.
 	waiters []chan struct{}
 	free    []chan struct{}
+	listed  bool // in ep.waiting
 }
 
 // NewCQ returns a completion queue with room for depth completions.
@@ -657,6 +670,7 @@ func (c *CQ) Wait(ctx context.Context, wc []qp.WC) (int, error) {
 			c.ep.mu.Unlock()
 		}
 	}()
+	var spinSince time.Time
 	for {
 		c.ep.mu.Lock()
 		if n := c.cq.Poll(wc); n > 0 {
@@ -667,6 +681,19 @@ func (c *CQ) Wait(ctx context.Context, wc []qp.WC) (int, error) {
 			c.ep.mu.Unlock()
 			return 0, ErrClosed
 		}
+		if bp := c.ep.opts.BusyPoll; bp > 0 {
+			// Busy-polling: try again before parking, until the
+			// budget is spent or ctx ends.
+			now := time.Now()
+			if spinSince.IsZero() {
+				spinSince = now
+			}
+			if now.Sub(spinSince) < bp && ctx.Err() == nil {
+				c.ep.mu.Unlock()
+				runtime.Gosched()
+				continue
+			}
+		}
 		if w == nil {
 			if k := len(c.free); k > 0 {
 				w = c.free[k-1]
@@ -676,6 +703,10 @@ func (c *CQ) Wait(ctx context.Context, wc []qp.WC) (int, error) {
 			}
 		}
 		c.waiters = append(c.waiters, w)
+		if !c.listed {
+			c.listed = true
+			c.ep.waiting = append(c.ep.waiting, c)
+		}
 		c.ep.mu.Unlock()
 		select {
 		case <-w:
@@ -722,6 +753,15 @@ type QP struct {
 	peerPort   uint16
 	peerPinned bool
 	portWarned bool
+	// The Endpoint's schedule (schedule.go): heapIdx is the QP's index in
+	// the deadline heap (-1: not there) and due its deadline there;
+	// active: in the active queue; dirty: its deadline is to be
+	// refreshed; gone: destroyed.
+	heapIdx int
+	due     time.Time
+	active  bool
+	dirty   bool
+	gone    bool
 }
 
 // NewQP creates a QP in RESET with the device's next free QPN (from 0x11
@@ -741,7 +781,7 @@ func (ep *Endpoint) NewQP(pd *PD, sendCQ, recvCQ *CQ, init qp.InitAttr) (*QP, er
 	if err != nil {
 		return nil, err
 	}
-	w := &QP{ep: ep, q: q, cnpTOS: bth.TrafficClass(48, bth.ECT0)}
+	w := &QP{ep: ep, q: q, cnpTOS: bth.TrafficClass(48, bth.ECT0), heapIdx: -1}
 	if init.CC != nil {
 		w.cnpTOS = bth.TrafficClass(init.CC.CNPDSCP, bth.ECT0)
 	}
@@ -848,6 +888,7 @@ func (w *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
 		// Another peer, or none: its source port is learnt again.
 		w.peerPort, w.peerPinned, w.portWarned = 0, false, false
 	}
+	w.ep.touchLocked(w)
 	w.ep.flushLocked(w.ep.clock.Now())
 	return nil
 }
@@ -904,6 +945,7 @@ func (w *QP) PostSend(wr qp.SendWR) error {
 	if err := w.q.PostSend(wr); err != nil {
 		return err
 	}
+	w.ep.touchLocked(w)
 	w.ep.flushLocked(w.ep.clock.Now())
 	return nil
 }
@@ -918,6 +960,7 @@ func (w *QP) PostRecv(wr qp.RecvWR) error {
 	if err := w.q.PostRecv(wr); err != nil {
 		return err
 	}
+	w.ep.touchLocked(w)
 	w.ep.flushLocked(w.ep.clock.Now())
 	return nil
 }
@@ -935,6 +978,7 @@ func (w *QP) Destroy() {
 		w.ep.drainLocked()
 	}
 	delete(w.ep.qps, w.q.QPN)
+	w.ep.dropLocked(w)
 	w.q.Destroy()
 	for i, q := range w.ep.order {
 		if q == w {

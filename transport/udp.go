@@ -3,6 +3,7 @@ package transport
 import (
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/roce-emu/roce-emu/bth"
 )
@@ -10,7 +11,7 @@ import (
 // UDPOptions configure a UDP Conn (ListenUDP). On Linux every option
 // applies; the portable Conn of other systems sets TOS, TTL and
 // SocketBuffer on its sockets and ignores BatchSize, ComputeUDPChecksum,
-// NoGSO and NoGRO (see its BUG note).
+// NoGSO, NoGRO and BusyPoll (see its BUG note).
 type UDPOptions struct {
 	// TOS is the IPv4 TOS / IPv6 traffic class set on the sockets
 	// (DSCP<<2 | ECN). On Linux every datagram sent carries its own
@@ -59,6 +60,15 @@ type UDPOptions struct {
 	// Reads then land in BatchSize buffers of 64 KiB owned by the Conn
 	// and are copied into the callers' buffers.
 	NoGRO bool
+	// BusyPoll, when positive, makes ReadBatch spin on a non-blocking
+	// recvmmsg (yielding the processor between tries) for up to this long
+	// before it waits on the runtime's network poller: a datagram that
+	// arrives meanwhile is read without a wake-up, which saves
+	// microseconds per round trip at the price of a busy CPU (as Linux's
+	// SO_BUSY_POLL and net.core.busy_read, in µs, for which 50 is the
+	// suggested value). Zero (the default) always waits. Close waits for
+	// a spin in progress to end. Endpoint Options.BusyPoll sets it too.
+	BusyPoll time.Duration
 }
 
 // UDPOffloads says which kernel offloads a UDP Conn uses (Offloads).

@@ -8,10 +8,12 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -46,6 +48,11 @@ type udpConn struct {
 	rerrno  syscall.Errno
 	readFn  func(fd uintptr) bool
 	writeFn func(fd uintptr) bool
+	// busyPoll is UDPOptions.BusyPoll in ns (Endpoint Options.BusyPoll
+	// may set it later); spinSince is when the read in progress first
+	// found the socket empty (zero: not yet).
+	busyPoll  atomic.Int64
+	spinSince time.Time
 
 	wmu     sync.Mutex // WriteBatch may be called from several goroutines
 	whdrs   []mmsghdr
@@ -118,6 +125,7 @@ func ListenUDP(addr netip.AddrPort, opts UDPOptions) (Conn, error) {
 	c.rhdrs, c.riov, c.rnames = make([]mmsghdr, k), make([]unix.Iovec, k), make([]unix.RawSockaddrInet6, k)
 	c.roob, c.rspare = make([]byte, k*oobLen), make([][]byte, k)
 	c.readFn, c.writeFn = c.recvmmsg, c.sendmmsg
+	c.busyPoll.Store(int64(max(opts.BusyPoll, 0)))
 	c.zoneIDs = map[string]uint32{}
 	c.initOffloads(s)
 	return c, nil
@@ -291,7 +299,7 @@ func (c *udpConn) ReadBatch(ds []Datagram) (int, error) {
 		return 0, nil
 	}
 	if c.gro {
-		return c.readGRO(ds)
+		return c.readGRO(ds, false)
 	}
 	for i := range k {
 		buf := ds[i].Data[:cap(ds[i].Data)]
@@ -311,6 +319,7 @@ func (c *udpConn) ReadBatch(ds []Datagram) (int, error) {
 		h.n = 0
 	}
 	c.rk = k
+	c.spinSince = time.Time{}
 	if err := c.main.raw.Read(c.readFn); err != nil {
 		return 0, err
 	}
@@ -339,9 +348,28 @@ func (c *udpConn) ReadBatch(ds []Datagram) (int, error) {
 	return c.rn, nil
 }
 
+// readBatchAliased is ReadBatch, except that with GRO on each ds[i].Data
+// is set to the segment in the Conn's own buffer instead of a copy of it
+// (capacity cut to its length): valid until the next read, and not to be
+// written. The Endpoint's read loop, which is done with a batch before it
+// reads the next, saves a copy of every datagram so. With GRO off it is
+// ReadBatch: recvmmsg fills ds[i].Data's capacity.
+func (c *udpConn) readBatchAliased(ds []Datagram) (int, error) {
+	if !c.gro {
+		return c.ReadBatch(ds)
+	}
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	if min(len(ds), len(c.rhdrs)) == 0 {
+		return 0, nil
+	}
+	return c.readGRO(ds, true)
+}
+
 // readGRO is ReadBatch with GRO on: segments left from the last read
-// first, else one recvmmsg into the GRO buffers.
-func (c *udpConn) readGRO(ds []Datagram) (int, error) {
+// first, else one recvmmsg into the GRO buffers. With alias, ds[i].Data
+// are the segments themselves (readBatchAliased).
+func (c *udpConn) readGRO(ds []Datagram, alias bool) (int, error) {
 	if c.gm >= c.gn {
 		if c.gbufs == nil {
 			// On first use: a Conn that only sends never needs them.
@@ -363,6 +391,7 @@ func (c *udpConn) readGRO(ds []Datagram) (int, error) {
 			h.n = 0
 		}
 		c.rk = k
+		c.spinSince = time.Time{}
 		if err := c.main.raw.Read(c.readFn); err != nil {
 			return 0, err
 		}
@@ -393,6 +422,8 @@ func (c *udpConn) readGRO(ds []Datagram) (int, error) {
 			d.Data = d.Data[:0]
 			seg = seg[:0]
 			c.goff = n
+		case alias:
+			d.Data = seg[:len(seg):len(seg)]
 		case cap(d.Data) == 0:
 			d.Data = append(d.Data[:0], seg...)
 		case len(seg) > cap(d.Data):
@@ -432,7 +463,8 @@ func parseGRO(oob []byte) (int, bool) {
 }
 
 // recvmmsg is the RawConn read function: false asks to wait until the
-// socket is readable.
+// socket is readable. With busy-polling on, an empty socket is tried
+// again, the goroutine yielding in between, until the budget is spent.
 func (c *udpConn) recvmmsg(fd uintptr) bool {
 	for {
 		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&c.rhdrs[0])), uintptr(c.rk), 0, 0, 0)
@@ -443,6 +475,9 @@ func (c *udpConn) recvmmsg(fd uintptr) bool {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
+			if c.spin() {
+				continue
+			}
 			return false
 		}
 		c.rn, c.rerrno = 0, e
@@ -748,3 +783,23 @@ func (c *udpConn) sockaddr(sa *unix.RawSockaddrInet6, dst netip.AddrPort) (uint3
 
 // withZone: see the function withZone.
 func (c *udpConn) withZone(dst netip.AddrPort) netip.AddrPort { return withZone(c.local.Addr(), dst) }
+
+// setBusyPoll sets the busy-poll budget (Endpoint Options.BusyPoll).
+func (c *udpConn) setBusyPoll(d time.Duration) { c.busyPoll.Store(int64(max(d, 0))) }
+
+// spin reports whether the read in progress should try the empty socket
+// again: while within the busy-poll budget, after yielding the processor.
+func (c *udpConn) spin() bool {
+	budget := time.Duration(c.busyPoll.Load())
+	if budget <= 0 {
+		return false
+	}
+	now := time.Now()
+	if c.spinSince.IsZero() {
+		c.spinSince = now
+	} else if now.Sub(c.spinSince) >= budget {
+		return false
+	}
+	runtime.Gosched()
+	return true
+}

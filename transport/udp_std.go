@@ -23,7 +23,8 @@ import (
 // dropped by the kernel (no UDP_NO_CHECK6_RX); the kernel may put a flow
 // label on IPv6 datagrams (no IPV6_AUTOFLOWLABEL). BatchSize is ignored,
 // and so are NoGSO and NoGRO: it has no UDP GSO or GRO (Offloads reports
-// none).
+// none); and BusyPoll: its reads always wait (an Endpoint's
+// Options.BusyPoll still spins on its CQs).
 
 // stdConn is the portable Conn on net.UDPConn, ListenUDP on systems other
 // than Linux (udp_default.go; wireguard-go's conn/bind_std.go split is the

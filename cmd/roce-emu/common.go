@@ -33,6 +33,10 @@ type netFlags struct {
 	seed    uint64
 	icrc    bool
 	csum    bool
+	// busyPoll: transport.Options.BusyPoll of DefaultBusyPoll; noGSO,
+	// noGRO: the UDP offloads off (transport.UDPOptions).
+	busyPoll     bool
+	noGSO, noGRO bool
 	// strictSource pins each RC/UC QP's peer to one UDP source port
 	// (transport.SourceStrict); allowGID lets a peer announce a GID other
 	// than the address its exchange connection came from.
@@ -66,6 +70,9 @@ func (n *netFlags) register(fs *flag.FlagSet, defaultBind string) {
 	fs.Uint64Var(&n.seed, "seed", 1, "random `seed` for --loss and probabilistic faults")
 	fs.BoolVar(&n.csum, "udp-checksum", false, "send a computed UDP checksum instead of 0 (rxe sends 0, over IPv4 and IPv6; roce-emu accepts both)")
 	fs.BoolVar(&n.icrc, "verify-icrc", false, "check the ICRC of received IPv4 packets assuming the sender's IP ID is 0 (true of roce-emu peers, not of rxe); IPv6 packets are always checked")
+	fs.BoolVar(&n.busyPoll, "busy-poll", false, "spin instead of sleeping where completions and packets are awaited (up to 50 us each time, then sleep): lower latency, a busy CPU")
+	fs.BoolVar(&n.noGSO, "no-gso", false, "send each datagram on its own, without UDP segmentation offload (GSO is used only with --udp-checksum)")
+	fs.BoolVar(&n.noGRO, "no-gro", false, "receive without UDP generic receive offload (GRO)")
 	fs.BoolVar(&n.strictSource, "strict-source", true, "take a QP's packets from the UDP source port of the peer's first packet only, counting and dropping the rest (--strict-source=false: any port of the peer's address, as rxe)")
 }
 
@@ -132,7 +139,7 @@ func (n *netFlags) openEndpoint() (*transport.Endpoint, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	conn, err := transport.ListenUDP(netip.AddrPortFrom(addr, uint16(n.udpPort)), transport.UDPOptions{ComputeUDPChecksum: n.csum})
+	conn, err := transport.ListenUDP(netip.AddrPortFrom(addr, uint16(n.udpPort)), n.udpOptions())
 	if err != nil {
 		return nil, nil, addrInUseHint(fmt.Errorf("cannot listen on %s UDP port %d: %w", addr, n.udpPort, err), udpInUse)
 	}
@@ -164,6 +171,11 @@ func (n *netFlags) openEndpoint() (*transport.Endpoint, func(), error) {
 	return ep, closeAll, nil
 }
 
+// udpOptions are the UDP Conn's options the flags ask for.
+func (n *netFlags) udpOptions() transport.UDPOptions {
+	return transport.UDPOptions{ComputeUDPChecksum: n.csum, NoGSO: n.noGSO, NoGRO: n.noGRO}
+}
+
 // endpointOptions are the Endpoint's options the flags ask for.
 func (n *netFlags) endpointOptions() transport.Options {
 	opts := transport.Options{}
@@ -176,8 +188,15 @@ func (n *netFlags) endpointOptions() transport.Options {
 	if !n.strictSource {
 		opts.Source = transport.SourceAddrOnly
 	}
+	if n.busyPoll {
+		opts.BusyPoll = busyPollBudget
+	}
 	return opts
 }
+
+// busyPollBudget is how long --busy-poll spins before it sleeps: Linux's
+// suggested net.core.busy_read, 50 us.
+const busyPollBudget = 50 * time.Microsecond
 
 // randomPSN draws a starting PSN as rc_pingpong does (lrand48() & 0xffffff).
 func randomPSN() bth.PSN { return bth.PSN(rand.Uint32() & bth.PSNMask) }

@@ -72,7 +72,7 @@ func (f *pingpongFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.gidIdx, "g", 1, "local GID index; roce-emu's GID table holds the --bind address at 0 and 1 (as ::ffff:a.b.c.d for IPv4)")
 	fs.DurationVar(&f.timeout, "timeout", 0, "give up when the run, the wait for a client included, takes longer than this (0: never; rc_pingpong waits for ever)")
 	fs.BoolVar(&f.chk, "c", false, "validate the received buffer as the pingpong programs' --chk: the client zeroes the first byte of every 4096-byte page before it sends, the server checks those bytes at the end")
-	fs.BoolVar(&f.events, "e", false, "accepted for compatibility: roce-emu always sleeps until a completion arrives (as the pingpong programs' -e do), it never busy-polls")
+	fs.BoolVar(&f.events, "e", false, "accepted for compatibility: roce-emu sleeps until a completion arrives (as the pingpong programs' -e do) unless --busy-poll")
 	fs.IntVar(&f.sl, "l", 0, "service `level` (0-15), accepted for compatibility: a RoCEv2 packet has no field for it (no LRH)")
 	fs.StringVar(&f.connection, "connection", "RC", "queue pair `type`: RC (ibv_rc_pingpong), UC (ibv_uc_pingpong) or UD (ibv_ud_pingpong)")
 	fs.BoolVar(&f.srq, "srq", false, "speak ibv_srq_pingpong: -q RC QPs that share one shared receive queue of -r receives")

@@ -1,0 +1,172 @@
+package transport
+
+import (
+	"container/heap"
+	"time"
+)
+
+// The Endpoint's schedule of its QPs, so that its work grows with the QPs
+// that have something to do, not with the QPs it has:
+//
+//   - deadlines: a min-heap (container/heap) of the QPs whose
+//     qp.QP.Deadline is set, earliest first; the Endpoint's one timer is
+//     armed for its root. A QP's entry is refreshed after each event that
+//     may have moved its deadline (a packet received, a post, a Modify, a
+//     timeout, a packet handed out), so arming costs O(log n) per QP
+//     touched, not a scan of every QP.
+//   - active: the QPs that may have a packet to send, in turn. A QP joins
+//     on an event and leaves when NextPacket has nothing for it: a QP
+//     produces packets only after an event (its pacer and RNR wait are
+//     deadlines), so an idle QP costs nothing per batch.
+//   - dirty: the QPs touched since the heap was last refreshed.
+//
+// Demultiplexing a received packet to its QP is one map lookup by the
+// BTH's destination QPN (Endpoint.qps).
+
+// deadlineHeap orders QPs by their deadline (QP.due); QP.heapIdx is each
+// one's index, -1 when it is not in the heap.
+type deadlineHeap []*QP
+
+func (h deadlineHeap) Len() int           { return len(h) }
+func (h deadlineHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h deadlineHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIdx = i
+	h[j].heapIdx = j
+}
+func (h *deadlineHeap) Push(x any) {
+	w := x.(*QP)
+	w.heapIdx = len(*h)
+	*h = append(*h, w)
+}
+func (h *deadlineHeap) Pop() any {
+	old := *h
+	n := len(old) - 1
+	w := old[n]
+	old[n] = nil
+	w.heapIdx = -1
+	*h = old[:n]
+	return w
+}
+
+// setDeadline puts w in the heap at deadline d, moves it there, or takes
+// it out for a zero d.
+func (h *deadlineHeap) setDeadline(w *QP, d time.Time) {
+	switch {
+	case d.IsZero():
+		if w.heapIdx >= 0 {
+			heap.Remove(h, w.heapIdx)
+		}
+	case w.heapIdx < 0:
+		w.due = d
+		heap.Push(h, w)
+	case !d.Equal(w.due):
+		w.due = d
+		heap.Fix(h, w.heapIdx)
+	}
+}
+
+// qpQueue is a FIFO of QPs (the active ones, in turn); popping is O(1)
+// and the backing array is reused.
+type qpQueue struct {
+	q    []*QP
+	head int
+}
+
+func (f *qpQueue) len() int { return len(f.q) - f.head }
+
+func (f *qpQueue) push(w *QP) {
+	if f.head > 0 && f.head == len(f.q) {
+		f.q, f.head = f.q[:0], 0
+	} else if f.head > 64 && f.head > len(f.q)/2 {
+		n := copy(f.q, f.q[f.head:])
+		clear(f.q[n:])
+		f.q, f.head = f.q[:n], 0
+	}
+	f.q = append(f.q, w)
+}
+
+func (f *qpQueue) pop() *QP {
+	w := f.q[f.head]
+	f.q[f.head] = nil
+	f.head++
+	return w
+}
+
+// touchLocked records that w had an event: it may have packets to send
+// and a new deadline (ep.mu held).
+func (ep *Endpoint) touchLocked(w *QP) {
+	if w.gone {
+		return
+	}
+	if !w.active {
+		w.active = true
+		ep.active.push(w)
+	}
+	ep.dirtyLocked(w)
+}
+
+// dirtyLocked marks w's deadline for a refresh in armLocked.
+func (ep *Endpoint) dirtyLocked(w *QP) {
+	if !w.dirty {
+		w.dirty = true
+		ep.dirty = append(ep.dirty, w)
+	}
+}
+
+// armLocked refreshes the deadlines of the QPs touched and sets the timer
+// to the earliest QP deadline.
+func (ep *Endpoint) armLocked() {
+	for i, w := range ep.dirty {
+		ep.dirty[i] = nil
+		w.dirty = false
+		if w.gone {
+			continue
+		}
+		ep.timers.setDeadline(w, w.q.Deadline())
+	}
+	ep.dirty = ep.dirty[:0]
+	if len(ep.timers) == 0 {
+		return
+	}
+	next := ep.timers[0].due
+	if !ep.timerAt.IsZero() && !next.Before(ep.timerAt) {
+		return
+	}
+	ep.timerAt = next
+	wait := next.Sub(ep.clock.Now())
+	if ep.timer == nil {
+		ep.timer = ep.clock.AfterFunc(wait, ep.onTimer)
+	} else {
+		ep.timer.Reset(wait)
+	}
+}
+
+// onTimer runs the timeouts of the QPs whose deadline passed.
+func (ep *Endpoint) onTimer() {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.closed {
+		return
+	}
+	now := ep.clock.Now()
+	ep.timerAt = time.Time{}
+	for len(ep.timers) > 0 && !now.Before(ep.timers[0].due) {
+		w := heap.Pop(&ep.timers).(*QP)
+		if d := w.q.Deadline(); !d.IsZero() && !now.Before(d) {
+			w.q.HandleTimeout(now)
+		}
+		ep.touchLocked(w) // back in the heap at its next deadline, if any
+	}
+	ep.flushLocked(now)
+}
+
+// dropLocked takes a destroyed QP out of the schedule (ep.mu held): out
+// of the heap now, out of the active queue and the dirty list when they
+// next reach it.
+func (ep *Endpoint) dropLocked(w *QP) {
+	w.gone = true
+	if w.heapIdx >= 0 {
+		heap.Remove(&ep.timers, w.heapIdx)
+	}
+}
