@@ -110,8 +110,14 @@ type Params struct {
 	// packet).
 	MinTimeBetweenCNPs time.Duration
 	// CNPPerPort paces CNPs per port, one NotificationPoint for all the
-	// QPs of a port (mlx5's text: "minimum time between sending cnps from
-	// the port"); off, per QP (the paper, ns3-rdma).
+	// QPs of a port: at most one CNP per MinTimeBetweenCNPs from the port,
+	// to whichever QP's marked packet came (NVIDIA's only text on it, in
+	// mstflint's field description, mlxconfig's help and Mellanox's Linux
+	// patch adding np_min_time_between_cnps: "minimum time between sending
+	// CNPs from the port"; the mlx5 profile's reading). Off, per QP: each
+	// QP has its own interval (the paper's "for the flow", ns3-rdma).
+	// docs/dcqcn.md sets out both readings and what each does to many
+	// flows into one port.
 	CNPPerPort bool
 	// CNPAtWindowEnd sends one CNP at the end of an interval in which
 	// marked packets came but no CNP could go (the paper: "at most one CNP

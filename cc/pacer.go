@@ -58,7 +58,11 @@ func (p *Pacer) refill(now time.Time) {
 // they may leave now. A packet larger than the bucket may go once the
 // bucket is full. It changes nothing: asking twice gives the same answer.
 func (p *Pacer) TimeUntilSend(now time.Time, n int) time.Duration {
-	have := p.available(now)
+	return p.wait(p.available(now), n)
+}
+
+// wait returns how long until n bytes may leave with have tokens now.
+func (p *Pacer) wait(have float64, n int) time.Duration {
 	need := math.Min(float64(n), p.burst)
 	if have >= need {
 		return 0
@@ -67,6 +71,26 @@ func (p *Pacer) TimeUntilSend(now time.Time, n int) time.Duration {
 		return time.Duration(math.MaxInt64)
 	}
 	return time.Duration(math.Ceil((need - have) * 8 / float64(p.rate) * 1e9))
+}
+
+// TrySend is TimeUntilSend and, when that is 0, OnSent, with the tokens
+// at now worked out once: it returns 0 and spends the tokens for n bytes
+// that leave at now, or how long from now until they may leave, changing
+// nothing. The bucket ends as TimeUntilSend then OnSent leave it, to the
+// last bit of its float.
+func (p *Pacer) TrySend(now time.Time, n int) time.Duration {
+	have := p.available(now)
+	if w := p.wait(have, n); w > 0 {
+		return w
+	}
+	// What refill does: available(now) is what it stores.
+	if !p.init {
+		p.init, p.last = true, now
+	} else if now.After(p.last) {
+		p.last = now
+	}
+	p.tokens = have - float64(n)
+	return 0
 }
 
 // OnSent spends the tokens for n bytes that left at now. The bucket may go

@@ -65,6 +65,19 @@ func (s *Sender) OnPacketSent(now time.Time, n int) {
 	s.sync(now)
 }
 
+// TrySend sends a packet of n bytes at now if the pacer allows it: it
+// returns 0 after doing what OnPacketSent does, or how long from now until
+// the packet may leave, changing nothing (TimeUntilSend). It is the two
+// calls in one, with the pacer's tokens worked out once.
+func (s *Sender) TrySend(now time.Time, n int) time.Duration {
+	if wait := s.pacer.TrySend(now, n); wait > 0 {
+		return wait
+	}
+	s.alg.OnSent(now, n)
+	s.sync(now)
+	return 0
+}
+
 // OnCNP hands a CNP to the algorithm and reports whether it acted on it
 // (false: ignored, as inside DCQCN's rate_reduce_monitor_period).
 func (s *Sender) OnCNP(now time.Time) bool {

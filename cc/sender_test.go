@@ -132,3 +132,48 @@ func BenchmarkSenderPerPacket(b *testing.B) {
 		s.OnPacketSent(now, 1082)
 	}
 }
+
+// TrySend is TimeUntilSend and OnPacketSent in one call: over a run of
+// sends at irregular times, with cuts and increases of the rate between
+// them, a sender driven by TrySend keeps the same bucket, to the last bit,
+// waits the same and counts the same bytes as one driven by the two calls.
+func TestSenderTrySendIsQueryThenSend(t *testing.T) {
+	p, err := Profile(ProfileMLX5, 100*Gbps)
+	require.NoError(t, err)
+	rpA, err := NewReactionPoint(p)
+	require.NoError(t, err)
+	rpB, err := NewReactionPoint(p)
+	require.NoError(t, err)
+	a, err := NewSender(rpA, 2164)
+	require.NoError(t, err)
+	b, err := NewSender(rpB, 2164)
+	require.NoError(t, err)
+	now := time.Unix(0, 0)
+	var sends, waits int
+	for i := 0; i < 20000; i++ {
+		// Steps of 0 to 172 ns: some sends come early, most on time.
+		now = now.Add(time.Duration((i * 37) % 173))
+		if i%997 == 0 {
+			a.OnCNP(now)
+			b.OnCNP(now)
+		}
+		if d := a.Deadline(); !d.IsZero() && !d.After(now) {
+			a.OnTimeout(now)
+			b.OnTimeout(now)
+		}
+		wantWait := a.TimeUntilSend(now, 1082)
+		if wantWait == 0 {
+			a.OnPacketSent(now, 1082)
+			sends++
+		} else {
+			waits++
+		}
+		require.Equal(t, wantWait, b.TrySend(now, 1082), "step %d", i)
+		require.Equal(t, a.pacer, b.pacer, "step %d", i)
+		require.Equal(t, rpA.Rate(), rpB.Rate(), "step %d", i)
+		require.Equal(t, rpA.bytes, rpB.bytes, "step %d", i)
+	}
+	assert.NotZero(t, sends)
+	assert.NotZero(t, waits, "the pacer held some packets back")
+	assert.NotZero(t, rpA.Cuts)
+}

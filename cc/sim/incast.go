@@ -311,7 +311,8 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 	epoch := time.Unix(0, 0)
 	abs := func(d time.Duration) time.Time { return epoch.Add(d) }
 	pkt := c.MTU + c.Overhead
-	s := &state{cfg: c, q: q, trace: trace}
+	txTime := c.LinkRate.TxTime(pkt)
+	s := &state{cfg: c, q: q, trace: trace, epoch: epoch}
 	rng := rand.New(rand.NewPCG(c.Seed, 0x51A7))
 	s.flows = make([]*flow, c.Flows)
 	var portNP *cc.NotificationPoint // per-port CNP pacing: one for all flows
@@ -361,16 +362,15 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 				continue
 			}
 			if f.snd != nil {
-				if wait := f.snd.TimeUntilSend(abs(now), pkt); wait > 0 {
+				if wait := f.snd.TrySend(abs(now), pkt); wait > 0 {
 					s.push(event{at: now + wait, kind: evSendPaced, flow: e.flow})
 					f.sendOK = true
 					continue
 				}
-				f.snd.OnPacketSent(abs(now), pkt)
 				s.armTimer(fi, f)
 			}
-			s.push(event{at: now + c.LinkRate.TxTime(pkt) + c.Delay, kind: evArrive, flow: e.flow, size: int32(pkt)})
-			f.nextFree = now + c.LinkRate.TxTime(pkt)
+			s.push(event{at: now + txTime + c.Delay, kind: evArrive, flow: e.flow, size: int32(pkt)})
+			f.nextFree = now + txTime
 			s.push(event{at: f.nextFree, kind: evSend, flow: e.flow})
 			f.sendOK = true
 		case evArrive:
@@ -479,6 +479,7 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 
 type state struct {
 	cfg   Config
+	epoch time.Time // simulated time 0
 	q     *cc.Port
 	trace func(arrival)
 	ev    events
@@ -558,7 +559,7 @@ func (s *state) armTimer(i int, f *flow) {
 	if d.IsZero() {
 		return
 	}
-	at := d.Sub(time.Unix(0, 0))
+	at := d.Sub(s.epoch)
 	if f.timerAt != 0 && f.timerAt == at {
 		return
 	}
