@@ -45,7 +45,7 @@ func FuzzManager(f *testing.F) {
 			after := m.Counters()
 			drops := func(c Counters) uint64 {
 				return c.DropMalformed + c.DropUnknownAttr + c.DropUnknownConn + c.DropBadState + c.DropBadQPN +
-					c.DropQueueFull + c.DropNoResources + c.DropBadTransport + c.NoListener
+					c.DropQueueFull + c.DropNoResources + c.DropBadTransport + c.DropBadGID + c.DropBadPrivateData + c.NoListener
 			}
 			if err != nil && drops(after) == drops(before) {
 				t.Fatalf("error %v without a counted drop", err)

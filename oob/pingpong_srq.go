@@ -52,7 +52,8 @@ func appendSRQPingpong(b []byte, local []Dest) ([]byte, error) {
 // ParseSRQPingpong reads srq_pingpong's SRQPingpongMaxQP address messages
 // from b (exactly SRQPingpongMaxQP*PingpongMsgLen bytes) and returns the
 // peer's QPs: the entries before the first unused one (QPN 0). Every
-// entry after that must be unused too, and at least one must be used.
+// entry after that must be unused too, and at least one and at most
+// SRQPingpongMaxQP-1 must be used (srq_pingpong refuses -q 256).
 // Errors wrap ErrMalformed.
 func ParseSRQPingpong(b []byte) ([]Dest, error) {
 	if len(b) != SRQPingpongMaxQP*PingpongMsgLen {
@@ -77,6 +78,11 @@ func ParseSRQPingpong(b []byte) ([]Dest, error) {
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%w: the ibv_srq_pingpong address table names no QP", ErrMalformed)
+	}
+	if len(out) >= SRQPingpongMaxQP {
+		// srq_pingpong refuses -q 256 and more, so a real peer always
+		// leaves at least the last entry unused.
+		return nil, fmt.Errorf("%w: the ibv_srq_pingpong address table names %d QPs, at most %d", ErrMalformed, len(out), SRQPingpongMaxQP-1)
 	}
 	return out, nil
 }
