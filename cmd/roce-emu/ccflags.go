@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/roce-emu/roce-emu/cc"
 	"github.com/roce-emu/roce-emu/qp"
@@ -155,4 +157,37 @@ func (s ccCounts) String() string {
 	}
 	return fmt.Sprintf("CE seen %d (np_ecn_marked_roce_packets), CNPs sent %d (np_cnp_sent), CNPs received %d (rp_cnp_handled %d, rp_cnp_ignored %d), rate cuts %d (CNPs coalesced into a pending cut %d)%s",
 		s.ceSeen, s.cnpSent, s.cnpHandled+s.cnpIgnored, s.cnpHandled, s.cnpIgnored, s.cuts, s.coalesced, l)
+}
+
+// cnpFlushBound bounds flushCNPs: a deferred CNP is due at the end of
+// its interval (min_time_between_cnps, microseconds), far sooner.
+const cnpFlushBound = time.Second
+
+// flushCNPs waits until none of qps owes a CNP (one deferred to the end
+// of its interval, or one not yet written to the socket), so that the
+// CNPs a run counts as sent have left before its last exchange with the
+// peer, and the peer, which counts after that exchange, has been sent
+// them all. It returns at once without DCQCN's notification point, and
+// after cnpFlushBound or when ctx ends whatever happens.
+func flushCNPs(ctx context.Context, qps ...*transport.QP) {
+	end := time.Now().Add(cnpFlushBound)
+	t := time.NewTicker(100 * time.Microsecond)
+	defer t.Stop()
+	for {
+		pending := false
+		for _, q := range qps {
+			if q.CNPPending() {
+				pending = true
+				break
+			}
+		}
+		if !pending || time.Now().After(end) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
