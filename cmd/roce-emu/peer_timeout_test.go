@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -83,7 +84,9 @@ func TestCLIPeerKilled(t *testing.T) {
 			case code := <-cdone:
 				assert.Equal(t, 1, code, "%s", cerr.String())
 			case <-time.After(30 * time.Second):
-				t.Fatalf("the client still runs 30 s after its server was killed: %s", cerr.String())
+				var stacks strings.Builder
+				pprof.Lookup("goroutine").WriteTo(&stacks, 1)
+				t.Fatalf("the client still runs 30 s after its server was killed: %s\n%s", cerr.String(), stacks.String())
 			}
 			assert.GreaterOrEqual(t, time.Since(killed), 2*time.Second, "not before --peer-timeout")
 			assert.Regexp(t, `(?m)^roce-emu `+c.client[0]+`: not one RoCEv2 packet from the peer 127\.0\.0\.2 UDP port `+udp+
