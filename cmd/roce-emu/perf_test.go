@@ -531,3 +531,38 @@ func TestBWServerUnit(t *testing.T) {
 	assert.InDelta(t, gavg*mbPerGb, j.Perftest.Results.Avg, 0.01*mbPerGb+0.01)
 	assert.InDelta(t, gpeak*mbPerGb, j.Perftest.Results.Peak, 0.01*mbPerGb+0.01)
 }
+
+// BenchmarkPerftestPeak times the BW peak of a run of perftest's default
+// 5000 iterations (tx depth 128, completions polled in batches): the
+// bisection roce-emu uses against perftest's quadratic search over every
+// pair, side by side.
+func BenchmarkPerftestPeak(b *testing.B) {
+	const n = 5000
+	t0 := time.Unix(1000, 0)
+	rng := rand.New(rand.NewPCG(3, 4))
+	posted, done := make([]time.Time, n), make([]time.Time, n)
+	var clock time.Duration
+	for i := range n {
+		if i >= 128 { // a post waits for the completion 128 before it
+			clock = max(clock, done[i-128].Sub(t0))
+		}
+		posted[i] = t0.Add(clock)
+		clock += time.Duration(rng.IntN(200))
+		done[i] = t0.Add(clock + 5*time.Microsecond)
+		if i > 0 && done[i].Before(done[i-1]) {
+			done[i] = done[i-1]
+		}
+	}
+	b.Run("bisection", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			perftestPeakDelta(posted, done)
+		}
+	})
+	b.Run("pairs", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			peakDeltaPairs(posted, done)
+		}
+	})
+}
