@@ -66,8 +66,9 @@ func TestCLIPeerKilled(t *testing.T) {
 	}{
 		{"client", []string{"server", "-n", "100000000"}, []string{"client", "-n", "100000000"}, "remote address"},
 		{"bw", []string{"bw", "-D", "100"}, []string{"bw", "-D", "100"}, "remote address"},
-		{"lat", []string{"lat", "-o", "send", "-n", "100000000"}, []string{"lat", "-o", "send", "-n", "100000000"}, "remote address"},
-		{"lat write", []string{"lat", "-n", "100000000"}, []string{"lat", "-n", "100000000"}, "remote address"},
+		// The latency tests keep a time per iteration: -n sizes that.
+		{"lat", []string{"lat", "-o", "send", "-n", "1000000"}, []string{"lat", "-o", "send", "-n", "1000000"}, "remote address"},
+		{"lat write", []string{"lat", "-n", "1000000"}, []string{"lat", "-n", "1000000"}, "remote address"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tcp, udp := freeTCPPort(t), freeUDPPort(t)
@@ -75,7 +76,16 @@ func TestCLIPeerKilled(t *testing.T) {
 			waitForOutput(t, sout, serr, sdone, map[bool]string{true: "local address", false: "Waiting for client"}[c.name == "client"])
 			time.Sleep(100 * time.Millisecond) // listening
 			cout, cerr, cdone := startCLI(append(c.client, "-p", tcp, "--udp-port", udp, "--bind", "127.0.0.1", "--peer-timeout", "2s", "127.0.0.2"))
-			waitForOutput(t, cout, cerr, cdone, c.ready)
+			// Up to 30 s: the exchange before traffic is slow under -race
+			// on a loaded machine.
+			for deadline := time.Now().Add(30 * time.Second); !strings.Contains(cout.String(), c.ready); {
+				select {
+				case code := <-cdone:
+					t.Fatalf("the client ended with %d before traffic: %s %s", code, cout.String(), cerr.String())
+				case <-time.After(10 * time.Millisecond):
+				}
+				require.True(t, time.Now().Before(deadline), "no %q in %q", c.ready, cout.String())
+			}
 			time.Sleep(200 * time.Millisecond)
 			require.NoError(t, srv.Process.Kill())
 			<-sdone
