@@ -115,10 +115,10 @@ type Flow struct {
 	Duplicates int `json:"duplicates"`
 	// PayloadBytes adds up the payload lengths on the wire
 	// (Record.PayloadLen), also of packets the capture cut short.
-	PayloadBytes int `json:"payload_bytes"`
-	ACKs         int `json:"acks"`     // ACK syndromes on ACK and atomic ACK packets (not READ responses)
-	NAKs         int `json:"naks"`     // NAK syndromes of every code
-	RNRNAKs      int `json:"rnr_naks"` // RNR NAKs
+	PayloadBytes int `json:"payload_bytes,string"` // a byte total: a decimal string, as analyze's bytes
+	ACKs         int `json:"acks"`                 // ACK syndromes on ACK and atomic ACK packets (not READ responses)
+	NAKs         int `json:"naks"`                 // NAK syndromes of every code
+	RNRNAKs      int `json:"rnr_naks"`             // RNR NAKs
 	CNPs         int `json:"cnps"`
 	CE           int `json:"ce"` // packets that arrived marked CE
 	// LastMSN is the MSN of the last AETH seen, when any.

@@ -134,6 +134,16 @@ func (q *QP) nextCNP(out *bth.Packet) bool {
 	return true
 }
 
+// CNPPending reports whether the QP's notification point owes a CNP: one
+// due now (handed out by the next NextPacket), or one deferred to the end
+// of its interval (CNPAtWindowEnd; HandleTimeout makes it due). A side
+// that reports counters after a run waits for false first, so that the
+// CNPs it counts as sent have all left.
+func (q *QP) CNPPending() bool {
+	c := q.cc
+	return c != nil && (c.cnpDue || (c.np != nil && !c.np.Deadline().IsZero()))
+}
+
 // pace asks the pacer whether a packet of n payload bytes may leave now.
 func (q *QP) pace(now time.Time, n int) bool {
 	c := q.cc

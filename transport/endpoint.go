@@ -854,6 +854,22 @@ func (w *QP) CCCuts() (cuts, coalesced uint64) {
 	return w.q.CCCuts()
 }
 
+// SendQueued returns the number of send WQEs posted and not yet
+// completed (qp.QP.SendQueued).
+func (w *QP) SendQueued() int {
+	w.ep.mu.Lock()
+	defer w.ep.mu.Unlock()
+	return w.q.SendQueued()
+}
+
+// CNPPending reports whether the QP owes a CNP that has not yet been
+// written to the Conn: qp.QP.CNPPending, or a batch being written.
+func (w *QP) CNPPending() bool {
+	w.ep.mu.Lock()
+	defer w.ep.mu.Unlock()
+	return w.q.CNPPending() || w.ep.sending
+}
+
 // SourcePort returns the UDP source port the QP sends from.
 func (w *QP) SourcePort() uint16 {
 	w.ep.mu.Lock()

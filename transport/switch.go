@@ -108,25 +108,28 @@ const (
 
 // SwitchStats are a Switch's counts. Every datagram that came in and was
 // not forwarded or returned is in Dropped and in exactly one of its causes.
+// In JSON the 64-bit counters are decimal strings, as tshark writes 64-bit
+// fields (jq reads numbers as doubles, exact only below 2^53); the queue
+// and hold depths, bounded by the configuration, are numbers.
 type SwitchStats struct {
-	Forwarded uint64 `json:"forwarded"` // to the receiver
-	Returned  uint64 `json:"returned"`  // from the receiver to a sender
-	Marked    uint64 `json:"marked"`    // marked CE
-	Dropped   uint64 `json:"dropped"`   // all drops: the sum of the six causes below
+	Forwarded uint64 `json:"forwarded,string"` // to the receiver
+	Returned  uint64 `json:"returned,string"`  // from the receiver to a sender
+	Marked    uint64 `json:"marked,string"`    // marked CE
+	Dropped   uint64 `json:"dropped,string"`   // all drops: the sum of the six causes below
 	// Drops by cause: the egress buffer was full (tail drop); PFC held
 	// HoldBytes already; the datagram came from neither the port's sender
 	// nor the receiver, or (PinSourcePorts) from another source port of
 	// the sender's address; the egress could not send it for its size
 	// (EMSGSIZE); another send error.
-	TailDrops     uint64 `json:"tail_drops"`
-	HoldDrops     uint64 `json:"hold_drops"`
-	ForeignSource uint64 `json:"foreign_source"`
-	ForeignPort   uint64 `json:"foreign_port"` // with PinSourcePorts: from the sender's address, not from the pinned port (or past MaxPinned)
-	Oversize      uint64 `json:"oversize"`
-	SendErrors    uint64 `json:"send_errors"`
-	Pauses        uint64 `json:"pauses"`   // PFC XOFF events
-	NotRoCE       uint64 `json:"not_roce"` // datagrams that did not decode (shorter than a BTH and an ICRC included), forwarded unchanged
-	BadICRC       uint64 `json:"bad_icrc"` // arrived with an ICRC that did not verify (assuming IP ID 0), left with a bad one
+	TailDrops     uint64 `json:"tail_drops,string"`
+	HoldDrops     uint64 `json:"hold_drops,string"`
+	ForeignSource uint64 `json:"foreign_source,string"`
+	ForeignPort   uint64 `json:"foreign_port,string"` // with PinSourcePorts: from the sender's address, not from the pinned port (or past MaxPinned)
+	Oversize      uint64 `json:"oversize,string"`
+	SendErrors    uint64 `json:"send_errors,string"`
+	Pauses        uint64 `json:"pauses,string"`   // PFC XOFF events
+	NotRoCE       uint64 `json:"not_roce,string"` // datagrams that did not decode (shorter than a BTH and an ICRC included), forwarded unchanged
+	BadICRC       uint64 `json:"bad_icrc,string"` // arrived with an ICRC that did not verify (assuming IP ID 0), left with a bad one
 	QueueBytes    int    `json:"queue_bytes"`
 	QueueMax      int    `json:"queue_max_bytes"`
 	// HeldBytes and HeldMax are the PFC hold now and at its deepest, in

@@ -44,7 +44,9 @@ type Sample struct {
 	Queue int
 }
 
-// Result is what an incast produced.
+// Result is what an incast produced. In JSON the 64-bit counters (cnps,
+// marked, drops, pauses, cnps_ignored, cnps_coalesced) are decimal
+// strings, as tshark writes 64-bit fields (jq reads numbers as doubles).
 type Result struct {
 	Samples []Sample `json:"-"` // in the CSV and the plot, not in the JSON summary
 	// PerFlowGbps is each flow's delivered throughput over the last half
@@ -58,16 +60,16 @@ type Result struct {
 	QueueP50    int     `json:"queue_p50_bytes"`
 	QueueP99    int     `json:"queue_p99_bytes"`
 	QueueMax    int     `json:"queue_max_bytes"`
-	CNPs        uint64  `json:"cnps"`
-	Marked      uint64  `json:"marked"`
-	Drops       uint64  `json:"drops"`
-	Pauses      uint64  `json:"pauses"`
+	CNPs        uint64  `json:"cnps,string"`
+	Marked      uint64  `json:"marked,string"`
+	Drops       uint64  `json:"drops,string"`
+	Pauses      uint64  `json:"pauses,string"`
 	// CNPsIgnored counts CNPs the reaction points ignored (the
 	// monitor_ignores reading of the monitor period; no profile uses it).
-	CNPsIgnored uint64 `json:"cnps_ignored"`
+	CNPsIgnored uint64 `json:"cnps_ignored,string"`
 	// CNPsCoalesced counts CNPs that found a cut already pending on the
 	// monitor tick (mlx5, hpcc): acted on, but no cut of their own.
-	CNPsCoalesced uint64 `json:"cnps_coalesced"`
+	CNPsCoalesced uint64 `json:"cnps_coalesced,string"`
 }
 
 type eventKind uint8

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/roce-emu/roce-emu/cc"
 	"github.com/roce-emu/roce-emu/qp"
@@ -26,6 +28,9 @@ type ccFlags struct {
 	params   multiFlag
 	lineRate string
 	via      string
+	// peerTimeout ends a run whose QPs have work outstanding and have
+	// received nothing for this long (0: never); see watchPeerSilence.
+	peerTimeout time.Duration
 
 	// Set by check.
 	p      cc.Params
@@ -39,6 +44,7 @@ func (c *ccFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.profile, "profile", cc.ProfileMLX5, "DCQCN parameter `profile` of both points: paper, mlx5 or hpcc (as roce-emu dcqcn)")
 	fs.Var(&c.params, "param", "set one DCQCN parameter by its mlx5 name, NAME=VALUE (repeatable), as roce-emu dcqcn; e.g. min_time_between_cnps=50 or rpg_ai_rate=10")
 	fs.StringVar(&c.lineRate, "line-rate", "10", "with --dcqcn, the port speed DCQCN starts at and climbs back to (Gb/s, or 25Gbps, 100Mbps)")
+	fs.DurationVar(&c.peerTimeout, "peer-timeout", defaultPeerTimeout, "end the run with an error when the QPs have work outstanding and not one RoCEv2 packet has come from the peer for this long (a peer stopped or a dead path; retry_cnt 7 never runs out, as on rxe); 0: never")
 	fs.StringVar(&c.via, "roce-via", "", "send RoCEv2 packets to this `address:port` (e.g. a roce-emu switch port) instead of the address and --udp-port of the peer; the peer's packets are taken from that address")
 }
 
@@ -50,6 +56,9 @@ func (c *ccFlags) check() error {
 	}
 	if c.p, err = dcqcnParams(c.profile, rate, c.params); err != nil {
 		return err
+	}
+	if c.peerTimeout < 0 {
+		return fmt.Errorf("--peer-timeout %v: must not be negative (0: never)", c.peerTimeout)
 	}
 	if c.via != "" {
 		a, err := netip.ParseAddrPort(c.via)
@@ -155,4 +164,37 @@ func (s ccCounts) String() string {
 	}
 	return fmt.Sprintf("CE seen %d (np_ecn_marked_roce_packets), CNPs sent %d (np_cnp_sent), CNPs received %d (rp_cnp_handled %d, rp_cnp_ignored %d), rate cuts %d (CNPs coalesced into a pending cut %d)%s",
 		s.ceSeen, s.cnpSent, s.cnpHandled+s.cnpIgnored, s.cnpHandled, s.cnpIgnored, s.cuts, s.coalesced, l)
+}
+
+// cnpFlushBound bounds flushCNPs: a deferred CNP is due at the end of
+// its interval (min_time_between_cnps, microseconds), far sooner.
+const cnpFlushBound = time.Second
+
+// flushCNPs waits until none of qps owes a CNP (one deferred to the end
+// of its interval, or one not yet written to the socket), so that the
+// CNPs a run counts as sent have left before its last exchange with the
+// peer, and the peer, which counts after that exchange, has been sent
+// them all. It returns at once without DCQCN's notification point, and
+// after cnpFlushBound or when ctx ends whatever happens.
+func flushCNPs(ctx context.Context, qps ...*transport.QP) {
+	end := time.Now().Add(cnpFlushBound)
+	t := time.NewTicker(100 * time.Microsecond)
+	defer t.Stop()
+	for {
+		pending := false
+		for _, q := range qps {
+			if q.CNPPending() {
+				pending = true
+				break
+			}
+		}
+		if !pending || time.Now().After(end) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

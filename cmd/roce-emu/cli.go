@@ -247,6 +247,68 @@ func deadPathLine(timeouts uint64, av qp.AddressVector) string {
 		timeouts, av.Remote.Addr(), port, port, av.Remote.Addr(), port)
 }
 
+// defaultPeerTimeout is --peer-timeout's default: far longer than any
+// ACK timeout of the run (-u 14: 67 ms, retried without end) and than the
+// stalls of several seconds a guest under qemu's TCG makes (interop/run),
+// short enough that a user whose peer died is told in half a minute.
+const defaultPeerTimeout = 30 * time.Second
+
+// errPeerSilent is the cause of a run watchPeerSilence stopped.
+var errPeerSilent = errors.New("stopped: nothing from the peer (said above)")
+
+// watchPeerSilence watches a run's QPs while traffic runs and, when not
+// one packet has come to them for timeout, says so on w in one line
+// naming what to check, and cancels the returned context with
+// errPeerSilent. During traffic a live peer sends all the time: ACKs for
+// this side's requests, its own requests, or both; a side waiting for the
+// peer's next message (a latency test, a ping-pong) has nothing
+// outstanding, which is why silence alone counts. A QP's retry_cnt of 7
+// never runs out (rxe's reading, qp.InitAttr.StrictRetryCount off), so
+// without this a side whose peer died or whose path went dead would wait
+// or retry for ever. timeout 0 watches nothing. stop waits for the
+// watcher to end.
+func watchPeerSilence(ctx context.Context, w io.Writer, kind string, timeout time.Duration, qps ...*transport.QP) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	if timeout <= 0 || len(qps) == 0 {
+		return ctx, func() { cancel(context.Canceled) }
+	}
+	every := min(time.Second, timeout/10)
+	var last uint64
+	quietSince := time.Now()
+	stop := poll(ctx, every, func(<-chan struct{}) bool {
+		var received, timeouts, resent uint64
+		outstanding := 0
+		for _, q := range qps {
+			c := q.Counters()
+			received += c.ReceivedPackets
+			timeouts += c.LocalAckTimeoutErr
+			resent += c.RetransmittedPkts
+			outstanding += q.SendQueued()
+		}
+		now := time.Now()
+		if received != last {
+			last, quietSince = received, now
+			return true
+		}
+		if now.Sub(quietSince) < timeout {
+			return true
+		}
+		av := qps[0].Attr().AV
+		port := av.Remote.Port()
+		if port == 0 {
+			port = bth.UDPPort
+		}
+		fmt.Fprintf(w, "roce-emu %s: not one RoCEv2 packet from the peer %s UDP port %d for %v (%d work requests outstanding, %d ACK timeouts, %d packets resent): the peer has stopped or the path is dead: check that the peer still runs, that %s is reachable from this side's --bind address, that both sides use the same --udp-port, and that no firewall drops UDP port %d (--peer-timeout sets this wait, 0 never ends it)\n",
+			kind, av.Remote.Addr(), port, timeout, outstanding, timeouts, resent, av.Remote.Addr(), port)
+		cancel(errPeerSilent)
+		return false
+	}, nil)
+	return ctx, func() {
+		stop()
+		cancel(context.Canceled)
+	}
+}
+
 // mismatchRNRs is how many RNR NAKs, making at least half of all the
 // packets that came back, tell a SEND side that its peer posts no
 // receives at all (a side of -o write, read or atomic) rather than

@@ -204,7 +204,7 @@ func decodeFile(name string, port uint16, asJSON, many bool, maxFlows int, flt p
 
 // textLine formats one packet, for example:
 //
-//	6   0.004512 192.168.65.5:49153 > 192.168.65.4:4791 RC_RDMA_WRITE_ONLY dqpn=0x000011 psn=9209053 ackreq=1 reth{va=0x... rkey=0x... len=18} pad=2 payload=18 ecn=Not-ECT icrc=ok
+//	6   0.004512 192.168.65.5:49153 > 192.168.65.4:4791 RC_RDMA_WRITE_ONLY dqpn=0x000011 psn=9209053 ackreq=1 reth{va=0x... rkey=0x... dmalen=18} pad=2 payload=18 ecn=Not-ECT icrc=ok
 func textLine(n int, rel float64, k pcap.Kind, rec *pcap.Record) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%5d %10.6f %s > %s ", n, rel, netip.AddrPortFrom(rec.Src, rec.SrcPort), netip.AddrPortFrom(rec.Dst, rec.DstPort))
@@ -240,7 +240,7 @@ func textLine(n int, rel float64, k pcap.Kind, rec *pcap.Record) string {
 		fmt.Fprintf(&b, " deth{qkey=%#08x srcqp=%#06x}", p.DETH.QKey, p.DETH.SrcQP)
 	}
 	if e&bth.ExtRETH != 0 {
-		fmt.Fprintf(&b, " reth{va=%#x rkey=%#08x len=%d}", p.RETH.VA, p.RETH.RKey, p.RETH.DMALength)
+		fmt.Fprintf(&b, " reth{va=%#x rkey=%#08x dmalen=%d}", p.RETH.VA, p.RETH.RKey, p.RETH.DMALength)
 	}
 	if e&bth.ExtAtomicETH != 0 {
 		fmt.Fprintf(&b, " atomiceth{va=%#x rkey=%#08x swap_add=%#x compare=%#x}", p.AtomicETH.VA, p.AtomicETH.RKey, p.AtomicETH.SwapAdd, p.AtomicETH.Compare)
@@ -329,16 +329,21 @@ type jsonDETH struct {
 	QKey  uint32 `json:"qkey"`
 	SrcQP uint32 `json:"srcqp"`
 }
+
+// The 64-bit fields (virtual addresses, atomic operands) are decimal
+// strings, as tshark's JSON writes them: jq and JavaScript read numbers
+// as doubles, exact only below 2^53. The DMA length is tshark's dmalen
+// (infiniband.reth.dmalen).
 type jsonRETH struct {
-	VA        uint64 `json:"va"`
+	VA        uint64 `json:"va,string"`
 	RKey      uint32 `json:"rkey"`
-	DMALength uint32 `json:"dma_length"`
+	DMALength uint32 `json:"dmalen"`
 }
 type jsonAtomic struct {
-	VA      uint64 `json:"va"`
+	VA      uint64 `json:"va,string"`
 	RKey    uint32 `json:"rkey"`
-	SwapAdd uint64 `json:"swap_add"`
-	Compare uint64 `json:"compare"`
+	SwapAdd uint64 `json:"swap_add,string"`
+	Compare uint64 `json:"compare,string"`
 }
 type jsonAETH struct {
 	Syndrome uint8  `json:"syndrome"`
@@ -347,7 +352,7 @@ type jsonAETH struct {
 	Value    uint8  `json:"value"` // credits, RNR timer code or NAK code
 }
 type jsonAtomicAk struct {
-	Orig uint64 `json:"orig"`
+	Orig uint64 `json:"orig,string"`
 }
 
 // jsonScratch holds one packet's JSON form and the values its pointers

@@ -75,9 +75,9 @@ type jsonPkt struct {
 		SrcQP uint32 `json:"srcqp"`
 	} `json:"deth"`
 	RETH *struct {
-		VA        uint64 `json:"va"`
+		VA        uint64 `json:"va,string"`
 		RKey      uint32 `json:"rkey"`
-		DMALength uint32 `json:"dma_length"`
+		DMALength uint32 `json:"dmalen"`
 	} `json:"reth"`
 	AETH *struct {
 		Syndrome uint8  `json:"syndrome"`
@@ -107,7 +107,7 @@ type jsonFlow struct {
 	Kind          string `json:"kind"`
 	Transport     string `json:"transport"`
 	Packets       int    `json:"packets"`
-	PayloadBytes  int    `json:"payload_bytes"`
+	PayloadBytes  int    `json:"payload_bytes,string"`
 	Retransmitted int    `json:"retransmitted"`
 	CNPs          int    `json:"cnps"`
 }
@@ -337,7 +337,7 @@ func TestDecodeRealRdmaCM(t *testing.T) {
 	assert.Contains(t, lines[3], "RC_RDMA_WRITE_ONLY")
 	assert.Contains(t, lines[3], "pad=2")
 	assert.Contains(t, lines[3], "payload=18")
-	assert.Contains(t, lines[3], "len=18")
+	assert.Contains(t, lines[3], "dmalen=18")
 }
 
 func TestDecodeRealHuawei(t *testing.T) {

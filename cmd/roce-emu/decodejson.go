@@ -89,16 +89,16 @@ func appendJSON(b []byte, j *jsonPacket) []byte {
 		b = append(b, '}')
 	}
 	if r := j.RETH; r != nil {
-		b = appendUint(b, `,"reth":{"va":`, r.VA)
+		b = appendUintString(b, `,"reth":{"va":`, r.VA)
 		b = appendUint(b, `,"rkey":`, uint64(r.RKey))
-		b = appendUint(b, `,"dma_length":`, uint64(r.DMALength))
+		b = appendUint(b, `,"dmalen":`, uint64(r.DMALength))
 		b = append(b, '}')
 	}
 	if a := j.AtomicETH; a != nil {
-		b = appendUint(b, `,"atomiceth":{"va":`, a.VA)
+		b = appendUintString(b, `,"atomiceth":{"va":`, a.VA)
 		b = appendUint(b, `,"rkey":`, uint64(a.RKey))
-		b = appendUint(b, `,"swap_add":`, a.SwapAdd)
-		b = appendUint(b, `,"compare":`, a.Compare)
+		b = appendUintString(b, `,"swap_add":`, a.SwapAdd)
+		b = appendUintString(b, `,"compare":`, a.Compare)
 		b = append(b, '}')
 	}
 	if a := j.AETH; a != nil {
@@ -110,7 +110,7 @@ func appendJSON(b []byte, j *jsonPacket) []byte {
 		b = append(b, '}')
 	}
 	if a := j.AtomicAck; a != nil {
-		b = appendUint(b, `,"atomicacketh":{"orig":`, a.Orig)
+		b = appendUintString(b, `,"atomicacketh":{"orig":`, a.Orig)
 		b = append(b, '}')
 	}
 	if j.ImmDt != nil {
@@ -127,6 +127,13 @@ func appendJSON(b []byte, j *jsonPacket) []byte {
 
 func appendUint(b []byte, key string, v uint64) []byte {
 	return strconv.AppendUint(append(b, key...), v, 10)
+}
+
+// appendUintString appends a 64-bit field as encoding/json's ",string"
+// option writes it: the decimal in quotes.
+func appendUintString(b []byte, key string, v uint64) []byte {
+	b = strconv.AppendUint(append(append(b, key...), '"'), v, 10)
+	return append(b, '"')
 }
 
 func appendBoolPtr(b []byte, key string, v *bool) []byte {

@@ -60,3 +60,21 @@ func TestDecodeJSONEncoderMatches(t *testing.T) {
 		assert.Equal(t, string(want), string(appendJSONTime(nil, ts)))
 	}
 }
+
+// The 64-bit fields of decode --json (virtual addresses, atomic operands
+// and the original value) are decimal strings, exact past 2^53 where jq
+// reads numbers as doubles; the DMA length is tshark's dmalen.
+func TestDecodeJSON64BitStrings(t *testing.T) {
+	big := uint64(1)<<60 + 1
+	j := &jsonPacket{File: "f", Frame: 1, RETH: &jsonRETH{VA: big, RKey: 7, DMALength: 4096},
+		AtomicETH: &jsonAtomic{VA: big + 1, RKey: 8, SwapAdd: math.MaxUint64, Compare: big + 2}, AtomicAck: &jsonAtomicAk{Orig: big + 3}}
+	out := string(appendJSON(nil, j))
+	for _, s := range []string{`"reth":{"va":"1152921504606846977","rkey":7,"dmalen":4096}`,
+		`"atomiceth":{"va":"1152921504606846978","rkey":8,"swap_add":"18446744073709551615","compare":"1152921504606846979"}`,
+		`"atomicacketh":{"orig":"1152921504606846980"}`} {
+		assert.Contains(t, out, s)
+	}
+	want, err := json.Marshal(j)
+	require.NoError(t, err)
+	assert.Equal(t, string(want)+"\n", out)
+}

@@ -325,26 +325,79 @@ const perfRule = "--------------------------------------------------------------
 type bwResult struct{ peak, avg, mpps float64 }
 
 // bwStats computes the results of messages of size bytes posted from start
-// and completed at stamps.
-func bwStats(size int, start time.Time, stamps []time.Time, gbits bool) bwResult {
+// and completed at stamps; posted are the times of each post, in the order
+// of posting (nil: no peak, 0, as perftest's -N). The peak is perftest's
+// (perftestPeakDelta).
+func bwStats(size int, start time.Time, posted, stamps []time.Time, gbits bool) bwResult {
 	el := stamps[len(stamps)-1].Sub(start).Seconds()
 	if el <= 0 {
 		el = 1e-9
 	}
 	n := len(stamps)
 	avg := float64(size) * float64(n) / el
-	win := max(1, n/10)
-	peak := avg
-	for i := win; i < n; i++ {
-		if d := stamps[i].Sub(stamps[i-win]).Seconds(); d > 0 {
-			peak = max(peak, float64(size)*float64(win)/d)
-		}
+	peak := 0.0
+	if len(posted) == n {
+		peak = float64(size) / perftestPeakDelta(posted, stamps)
 	}
 	scale := 1.0 / (1 << 20)
 	if gbits {
 		scale = 8.0 / 1e9
 	}
 	return bwResult{peak: peak * scale, avg: avg * scale, mpps: float64(n) / el / 1e6}
+}
+
+// perftestPeakMaxIters is the most iterations per QP a bandwidth test
+// measures its peak over: past it perftest turns the peak off (-N), with
+// perftestNoPeak (perftest_parameters.c, force_dependencies).
+const perftestPeakMaxIters = 20000
+
+// perftestNoPeak is what perftest prints when it turns the peak off: on
+// -D, on a SEND bandwidth server (not -b), past perftestPeakMaxIters.
+const perftestNoPeak = " WARNING: BW peak won't be measured in this run."
+
+// perftestPeakDelta is perftest's BW peak as the time per message it
+// divides the size by (print_report_bw's opt_delta, in seconds): the
+// least, over every run of consecutive messages i..j, of the time from
+// the post of message i to the completion of message j, divided by the
+// j-i+1 messages. posted[i] is the time of the i-th post and completed[j]
+// of the j-th completion (every work request signalled: perftest's -Q 1;
+// roce-emu has no CQ moderation). The run i = 0, j = n-1 is the average,
+// so the peak is never below it, and each run holds at least the time of
+// one message from post to completion, so a short run (-n 5) cannot give
+// a peak out of proportion, as windows between completions polled
+// together did. perftest tries every pair (quadratic, bounded by its
+// 20000 iterations); this finds the same least value by bisection on t,
+// a run with time per message at most t existing when, for some i <= j,
+// completed[j] - t(j+1) <= posted[i] - t*i: linear per step.
+func perftestPeakDelta(posted, completed []time.Time) float64 {
+	n := len(completed)
+	t0 := posted[0]
+	p := make([]float64, n)
+	c := make([]float64, n)
+	for i := range n {
+		p[i] = posted[i].Sub(t0).Seconds()
+		c[i] = completed[i].Sub(t0).Seconds()
+	}
+	feasible := func(t float64) bool {
+		best := math.Inf(-1)
+		for j := range n {
+			best = max(best, p[j]-t*float64(j))
+			if c[j]-t*float64(j+1) <= best {
+				return true
+			}
+		}
+		return false
+	}
+	lo, hi := 0.0, c[n-1]/float64(n) // the whole run: always feasible
+	for range 64 {
+		mid := (lo + hi) / 2
+		if feasible(mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return max(hi, 1e-9)
 }
 
 // printBW prints a bandwidth result as perftest's table.
@@ -490,6 +543,44 @@ func round(x float64, decimals int) float64 {
 		return x // NaN or ±Inf: as they are
 	}
 	return v
+}
+
+// peerReportUnit tells the unit of a peer's bandwidth report: perftest's
+// report carries none, and each side prints in its own (MB/sec, or Gb/sec
+// with --report_gbits), so a server of write_bw or read_bw, which prints
+// the client's figures, and a side of -b, which adds them to its own,
+// would give the peer's figures under its own unit. Its message rate has
+// no unit, and BW_average is size x MsgRate x 10^6 bytes a second in the
+// peer's unit (print_report_bw: tsize x format_factor apart), so the
+// ratio tells MB/sec from Gb/sec (a factor of 119 apart). ok is false
+// when the report cannot tell (no message rate or average).
+func peerReportUnit(rep oob.BWReport) (gbits, ok bool) {
+	if !(rep.MsgRate > 0) || !(rep.AvgBW > 0) || rep.Size == 0 {
+		return false, false
+	}
+	bps := float64(rep.Size) * rep.MsgRate * 1e6
+	mb, gb := math.Abs(math.Log(rep.AvgBW/(bps/(1<<20)))), math.Abs(math.Log(rep.AvgBW/(bps*8/1e9)))
+	if min(mb, gb) > math.Ln2 {
+		return false, false // neither within a factor of 2
+	}
+	return gb < mb, true
+}
+
+// inUnit is a peer's report rep in this side's unit (gbits), and the line
+// that says so when it came in the other (peerReportUnit), "" otherwise.
+func inUnit(rep oob.BWReport, gbits bool) (bwResult, string) {
+	r := bwResult{peak: rep.PeakBW, avg: rep.AvgBW, mpps: rep.MsgRate}
+	theirs, ok := peerReportUnit(rep)
+	if !ok || theirs == gbits {
+		return r, ""
+	}
+	f := float64(1<<20) * 8 / 1e9 // MB/sec to Gb/sec
+	from, to := "MB/sec", "Gb/sec"
+	if theirs {
+		f, from, to = 1/f, "Gb/sec", "MB/sec"
+	}
+	r.peak, r.avg = r.peak*f, r.avg*f
+	return r, fmt.Sprintf(" (the peer reported in %s, --report_gbits on one side only: its figures converted to %s)", from, to)
 }
 
 func (j *perfJSON) noteBW(size, iters int, gbits bool, r bwResult) {

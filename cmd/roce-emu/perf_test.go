@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roce-emu/roce-emu/oob"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -56,6 +59,40 @@ func TestBW(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The BW peak as perftest computes it: never below the average, also on
+// a run of 5 (where windows between completions polled together made it
+// absurd); off, with perftest's warning, on a SEND server and past 20000
+// iterations.
+func TestBWPeak(t *testing.T) {
+	line := regexp.MustCompile(`\n (\d+) +(\d+) +([0-9.]+) +([0-9.]+) +[0-9.]+\n`)
+	figures := func(out string) (peak, avg float64) {
+		m := line.FindStringSubmatch(out)
+		require.NotNil(t, m, out)
+		_, err := fmt.Sscan(m[3]+" "+m[4], &peak, &avg)
+		require.NoError(t, err)
+		return peak, avg
+	}
+	c, s := runPerfPair(t, "bw", "-o", "write", "-s", "65536", "-n", "5")
+	peak, avg := figures(c)
+	assert.Positive(t, avg)
+	assert.GreaterOrEqual(t, peak, avg-0.01, "the whole run is one of the runs the peak is the best of")
+	assert.NotContains(t, c+s, "WARNING")
+
+	c, s = runPerfPair(t, "bw", "-o", "send", "-s", "4096", "-n", "50")
+	assert.True(t, strings.HasPrefix(s, perftestNoPeak+"\n"), "the server warns first, as perftest: %s", s)
+	peak, avg = figures(s)
+	assert.Zero(t, peak, "no peak on a SEND server")
+	assert.Positive(t, avg)
+	peak, _ = figures(c)
+	assert.Positive(t, peak, "the client measures its peak")
+	assert.NotContains(t, c, "WARNING")
+
+	c, _ = runPerfPair(t, "bw", "-o", "write", "-s", "2", "-n", "20001")
+	assert.True(t, strings.HasPrefix(c, perftestNoPeak+"\n"), c)
+	peak, _ = figures(c)
+	assert.Zero(t, peak, "past 20000 iterations")
 }
 
 func TestLat(t *testing.T) {
@@ -374,4 +411,158 @@ func TestPerfOutJSON(t *testing.T) {
 			assert.Contains(t, printed, fromJSON, "the file says what a side printed")
 		})
 	}
+}
+
+// perftest's BW peak (print_report_bw's opt_delta) by its own quadratic
+// search over every run of consecutive messages: what perftestPeakDelta
+// must find.
+func peakDeltaPairs(posted, completed []time.Time) float64 {
+	best := math.Inf(1)
+	for i := range completed {
+		for j := i; j < len(completed); j++ {
+			best = min(best, completed[j].Sub(posted[i]).Seconds()/float64(j-i+1))
+		}
+	}
+	return best
+}
+
+func TestPerftestPeak(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	us := func(v float64) time.Time { return t0.Add(time.Duration(v * 1000)) }
+	// -n 5, all posted at once, the completions polled in two batches 1 µs
+	// apart: the peak is the average (the whole run is the best run), not
+	// 5 messages over 1 µs.
+	posted := []time.Time{us(0), us(0), us(0), us(0), us(0)}
+	done := []time.Time{us(100), us(100), us(100), us(101), us(101)}
+	r := bwStats(4096, t0, posted, done, false)
+	assert.InDelta(t, r.avg, r.peak, r.avg*1e-9, "-n 5 in two polls")
+	assert.InDelta(t, 5*4096/101e-6/(1<<20), r.avg, 1e-6)
+	// Without post times (-N, a SEND server): 0, as perftest prints.
+	assert.Zero(t, bwStats(4096, t0, nil, done, false).peak)
+
+	// One message at a time (-t 1): the fastest single message sets the
+	// peak.
+	posted = []time.Time{us(0), us(10), us(30), us(34), us(50)}
+	done = []time.Time{us(10), us(30), us(34), us(50), us(60)}
+	assert.InDelta(t, 4e-6, perftestPeakDelta(posted, done), 1e-12)
+	r = bwStats(1000, t0, posted, done, true)
+	assert.InDelta(t, 1000*8/4e-6/1e9, r.peak, 1e-9, "Gb/s")
+
+	// Random runs: the bisection finds what the quadratic search finds.
+	rng := rand.New(rand.NewPCG(1, 2))
+	for k := range 200 {
+		n := 1 + rng.IntN(60)
+		posted, done = make([]time.Time, n), make([]time.Time, n)
+		var tp, tc float64
+		for i := range n {
+			tp += rng.Float64() * 5
+			tc = max(tc, tp) + rng.Float64()*20
+			posted[i], done[i] = us(tp), us(tc)
+		}
+		want := peakDeltaPairs(posted, done)
+		assert.InDelta(t, want, perftestPeakDelta(posted, done), want*1e-9, "run %d", k)
+	}
+}
+
+// A peer's bandwidth report carries no unit: its message rate tells it,
+// and a side that prints or adds the peer's figures gives them in its own
+// unit.
+func TestPeerReportUnit(t *testing.T) {
+	// 65536 bytes at 0.018 Mpps: 1179.648 MB/s of 10^6 bytes, 1125 MB/sec
+	// of 2^20 bytes, 9.437184 Gb/sec.
+	mb := oob.BWReport{Size: 65536, Iters: 1000, PeakBW: 1200, AvgBW: 1125, MsgRate: 0.018}
+	gb := oob.BWReport{Size: 65536, Iters: 1000, PeakBW: 10, AvgBW: 9.437184, MsgRate: 0.018}
+	g, ok := peerReportUnit(mb)
+	assert.True(t, ok)
+	assert.False(t, g)
+	g, ok = peerReportUnit(gb)
+	assert.True(t, ok)
+	assert.True(t, g)
+	_, ok = peerReportUnit(oob.BWReport{Size: 65536, Iters: 1000}) // perftest's write_bw server's report: zeros
+	assert.False(t, ok)
+	_, ok = peerReportUnit(oob.BWReport{Size: 65536, AvgBW: 5000, MsgRate: 0.018}) // neither unit
+	assert.False(t, ok)
+
+	r, note := inUnit(gb, false)
+	assert.InDelta(t, 1125, r.avg, 1e-9)
+	assert.InDelta(t, 10/(float64(1<<20)*8/1e9), r.peak, 1e-9)
+	assert.Equal(t, 0.018, r.mpps)
+	assert.Equal(t, " (the peer reported in Gb/sec, --report_gbits on one side only: its figures converted to MB/sec)", note)
+	r, note = inUnit(mb, true)
+	assert.InDelta(t, 9.437184, r.avg, 1e-9)
+	assert.Contains(t, note, "converted to Gb/sec")
+	r, note = inUnit(mb, false)
+	assert.Equal(t, bwResult{peak: 1200, avg: 1125, mpps: 0.018}, r)
+	assert.Empty(t, note)
+}
+
+// A write_bw server prints the client's figures: in its own unit, with
+// its own bw_unit in --json, when the client ran --report_gbits and it
+// did not.
+func TestBWServerUnit(t *testing.T) {
+	tcp, udp := freeTCPPort(t), freeUDPPort(t)
+	common := []string{"-o", "write", "-n", "200", "-s", "65536", "-p", tcp, "--udp-port", udp, "--timeout", "30s"}
+	sout, serr, sdone := startCLI(append([]string{"bw", "--json", "--bind", "127.0.0.2"}, common...))
+	waitForOutput(t, serr, sout, sdone, "Waiting for client")
+	time.Sleep(50 * time.Millisecond)
+	code, cout, cerr := runCLI(t, append([]string{"bw", "--report_gbits", "--bind", "127.0.0.1"}, append(common, "127.0.0.2")...)...)
+	require.Equal(t, 0, code, cerr)
+	require.Equal(t, 0, <-sdone, serr.String())
+	m := regexp.MustCompile(`\n 65536 +200 +([0-9.]+) +([0-9.]+) +([0-9.]+)\n`).FindStringSubmatch(cout)
+	require.NotNil(t, m, cout)
+	var gpeak, gavg float64
+	_, err := fmt.Sscan(m[1]+" "+m[2], &gpeak, &gavg)
+	require.NoError(t, err)
+	assert.Contains(t, serr.String(), " the client's results: (the peer reported in Gb/sec, --report_gbits on one side only: its figures converted to MB/sec)")
+	var j struct {
+		Perftest struct {
+			Results struct {
+				Peak float64 `json:"BW_peak"`
+				Avg  float64 `json:"BW_average"`
+			} `json:"results"`
+		} `json:"perftest"`
+		Unit string `json:"bw_unit"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(sout.String()), &j), sout.String())
+	assert.Equal(t, "MB/sec", j.Unit)
+	mbPerGb := 1e9 / 8 / (1 << 20)
+	// The client's figures went across unrounded; the table rounds them
+	// to 2 decimals.
+	assert.InDelta(t, gavg*mbPerGb, j.Perftest.Results.Avg, 0.01*mbPerGb+0.01)
+	assert.InDelta(t, gpeak*mbPerGb, j.Perftest.Results.Peak, 0.01*mbPerGb+0.01)
+}
+
+// BenchmarkPerftestPeak times the BW peak of a run of perftest's default
+// 5000 iterations (tx depth 128, completions polled in batches): the
+// bisection roce-emu uses against perftest's quadratic search over every
+// pair, side by side.
+func BenchmarkPerftestPeak(b *testing.B) {
+	const n = 5000
+	t0 := time.Unix(1000, 0)
+	rng := rand.New(rand.NewPCG(3, 4))
+	posted, done := make([]time.Time, n), make([]time.Time, n)
+	var clock time.Duration
+	for i := range n {
+		if i >= 128 { // a post waits for the completion 128 before it
+			clock = max(clock, done[i-128].Sub(t0))
+		}
+		posted[i] = t0.Add(clock)
+		clock += time.Duration(rng.IntN(200))
+		done[i] = t0.Add(clock + 5*time.Microsecond)
+		if i > 0 && done[i].Before(done[i-1]) {
+			done[i] = done[i-1]
+		}
+	}
+	b.Run("bisection", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			perftestPeakDelta(posted, done)
+		}
+	})
+	b.Run("pairs", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			peakDeltaPairs(posted, done)
+		}
+	})
 }

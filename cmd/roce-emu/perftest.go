@@ -137,6 +137,9 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 			r.free()
 		}
 	}()
+	if !f.noPeak && perftestPeakOff(kind, op, client, f) {
+		fmt.Fprintln(out, perftestNoPeak)
+	}
 	ctx, cancel := runContext(f.timeout)
 	defer cancel()
 	ctx, intr, stopSignals := withSignals(ctx)
@@ -264,7 +267,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		if r, err = newPerftestTraffic(ctx, ep, kind, op, client, f.bidir, size, iters, f.txDepth, f.rxDepth, f.qps, sys, &f.ccFlags, connect); err != nil {
 			return nil, err
 		}
-		r.noPeak = f.noPeak
+		r.noPeak = f.noPeak || perftestPeakOff(kind, op, client, f)
 		if connect != nil {
 			if err := s.Barrier(xctx, "after the rdma_cm connections"); err != nil {
 				return nil, err
@@ -321,6 +324,12 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	defer watchProgress(ctx, f.progress, f.stderr, r.q)()
 	ctx, stopMismatch := watchMismatch(ctx, f.stderr, kind, op, f, r.q)
 	defer stopMismatch()
+	silent := make([]*transport.QP, len(r.qps))
+	for i, pq := range r.qps {
+		silent[i] = pq.q
+	}
+	ctx, stopSilence := watchPeerSilence(ctx, f.stderr, kind, f.peerTimeout, silent...)
+	defer stopSilence()
 	r.ctx = ctx
 	xcancel()
 	xctx, xcancel = xb.under(ctx) // the same deadline, under the mismatch watcher
@@ -372,6 +381,11 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	case r.checked > 0:
 		fmt.Fprintf(out, " data check: %d READs of %d bytes from %d offsets of the peer's buffer agree byte for byte (each landing buffer poisoned first)\n",
 			r.checked, r.size, len(r.ref))
+	}
+	// The CNPs this side owes leave before the last exchange, after which
+	// the peer counts what it received.
+	for _, pq := range r.qps {
+		flushCNPs(ctx, pq.q)
 	}
 	// ib_write_lat closes the socket without a last barrier or "done".
 	if !(kind == "lat" && op == qp.IBV_WR_RDMA_WRITE) {
@@ -427,6 +441,16 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		}
 	}
 	return qpErr
+}
+
+// perftestPeakOff reports whether perftest turns the BW peak off for this
+// run (force_dependencies, with perftestNoPeak): -D, a SEND bandwidth
+// server without -b, more than perftestPeakMaxIters iterations.
+func perftestPeakOff(kind string, op qp.WROpcode, client bool, f *perfFlags) bool {
+	if kind != "bw" {
+		return false
+	}
+	return f.duration > 0 || (op == qp.IBV_WR_SEND && !client && !f.bidir) || f.iters > perftestPeakMaxIters
 }
 
 // counters sums the counters of the run's QPs, handing each QP's to each
@@ -583,9 +607,10 @@ func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string
 			return err
 		}
 		if !client {
-			fmt.Fprintln(out, " the client's results:")
-			printBW(out, int(rem.Size), int(rem.Iters), gbits, bwResult{peak: rem.PeakBW, avg: rem.AvgBW, mpps: rem.MsgRate})
-			r.json.noteBW(int(rem.Size), int(rem.Iters), gbits, bwResult{peak: rem.PeakBW, avg: rem.AvgBW, mpps: rem.MsgRate})
+			theirs, note := inUnit(rem, gbits)
+			fmt.Fprintln(out, " the client's results:"+note)
+			printBW(out, int(rem.Size), int(rem.Iters), gbits, theirs)
+			r.json.noteBW(int(rem.Size), int(rem.Iters), gbits, theirs)
 			if isAtomic(r.op) {
 				if err := r.checkAtomicRegion(rem.Iters, f.duration > 0, out); err != nil {
 					return err
@@ -698,6 +723,7 @@ func (r *perftestTraffic) bidirBW(ctx context.Context, s *oob.Perftest, f *perfF
 	}
 	printBWHeader(out, f.gbits)
 	var rem oob.BWReport
+	noted := false // the peer's unit, said once
 	for _, sz := range sizes {
 		r.size, r.ref = sz, nil
 		for _, pq := range r.qps {
@@ -728,8 +754,13 @@ func (r *perftestTraffic) bidirBW(ctx context.Context, s *oob.Perftest, f *perfF
 		}); err != nil {
 			return err
 		}
-		printBWLine(out, sz, n, f.gbits, bwResult{peak: res.peak + rem.PeakBW, avg: res.avg + rem.AvgBW, mpps: res.mpps + rem.MsgRate})
-		r.json.noteBW(sz, n, f.gbits, bwResult{peak: res.peak + rem.PeakBW, avg: res.avg + rem.AvgBW, mpps: res.mpps + rem.MsgRate})
+		theirs, note := inUnit(rem, f.gbits)
+		if note != "" && !noted {
+			fmt.Fprintln(out, note)
+			noted = true
+		}
+		printBWLine(out, sz, n, f.gbits, bwResult{peak: res.peak + theirs.peak, avg: res.avg + theirs.avg, mpps: res.mpps + theirs.mpps})
+		r.json.noteBW(sz, n, f.gbits, bwResult{peak: res.peak + theirs.peak, avg: res.avg + theirs.avg, mpps: res.mpps + theirs.mpps})
 	}
 	fmt.Fprintln(out, perfRule)
 	if isAtomic(r.op) {
@@ -1105,6 +1136,10 @@ func (r *perftestTraffic) bwClient(gbits bool) (bwResult, error) {
 	depth := r.bwDepth()
 	total := r.iters * len(r.qps)
 	stamps := make([]time.Time, 0, total)
+	var posted []time.Time // each post's time, for the peak
+	if !r.noPeak {
+		posted = make([]time.Time, 0, total)
+	}
 	for _, pq := range r.qps {
 		pq.posted, pq.done = 0, 0
 	}
@@ -1112,6 +1147,9 @@ func (r *perftestTraffic) bwClient(gbits bool) (bwResult, error) {
 	for len(stamps) < total {
 		for i, pq := range r.qps {
 			for pq.posted < r.iters && pq.posted-pq.done < depth {
+				if posted != nil {
+					posted = append(posted, time.Now())
+				}
 				if err := pq.q.PostSend(r.bwWR(i, pq.posted)); err != nil {
 					return bwResult{}, err
 				}
@@ -1130,11 +1168,7 @@ func (r *perftestTraffic) bwClient(gbits bool) (bwResult, error) {
 			stamps = append(stamps, now)
 		}
 	}
-	res := bwStats(r.size, start, stamps, gbits)
-	if r.noPeak {
-		res.peak = 0
-	}
-	return res, nil
+	return bwStats(r.size, start, posted, stamps, gbits), nil
 }
 
 // bwDuration runs a bandwidth client for d (perftest's -D): operations
@@ -1209,11 +1243,8 @@ func (r *perftestTraffic) sendBWServer(gbits bool) (bwResult, error) {
 			}
 		}
 	}
-	res := bwStats(r.size, start, stamps, gbits)
-	if r.noPeak {
-		res.peak = 0
-	}
-	return res, nil
+	// perftest measures no peak on a SEND server (perftestNoPeak).
+	return bwStats(r.size, start, nil, stamps, gbits), nil
 }
 
 func (r *perftestTraffic) repost(qi int) error {

@@ -369,6 +369,8 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) (err error) {
 	}
 	defer watchDeadPath(ctx, f.stderr, r.qps...)()
 	defer watchProgress(ctx, f.progress, f.stderr, r.qps...)()
+	ctx, stopSilence := watchPeerSilence(ctx, f.stderr, mode, f.peerTimeout, r.qps...)
+	defer stopSilence()
 	secs, err := r.loop(ctx, mode == "client", remote, quiet)
 	if err != nil {
 		return err

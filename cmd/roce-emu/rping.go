@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
+	"strconv"
 	"time"
 
 	"github.com/roce-emu/roce-emu/qp"
@@ -38,6 +40,7 @@ type rpingFlags struct {
 	verbose, verify bool
 	debug           bool
 	timeout         time.Duration
+	js              jsonOut // --json
 	stdout, stderr  io.Writer
 	serverAddr      netip.Addr
 }
@@ -58,6 +61,7 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.verify, "V", false, "validate ping data")
 	fs.BoolVar(&f.debug, "d", false, "debug printfs")
 	fs.DurationVar(&f.timeout, "timeout", 0, "give up after this long in all (0: never, as rping)")
+	f.js.register(fs, "the pings, bytes and counters")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: roce-emu rping -s [-v] [-V] [-d] [-S size] [-C count] [-a addr] [-p port]")
 		fmt.Fprintln(stderr, "       roce-emu rping -c [-v] [-V] [-d] [-S size] [-C count] [-I addr] -a addr [-p port]")
@@ -79,6 +83,7 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "roce-emu rping: %v\n", err)
 		return 2
 	}
+	f.stdout = f.js.text(stdout, stderr)
 	if err := f.run(); err != nil {
 		fmt.Fprintf(stderr, "roce-emu rping: %v\n", err)
 		var intr *interruptedError
@@ -147,6 +152,50 @@ type rpingSession struct {
 	// completions seen but not yet waited for, by opcode
 	seen map[qp.WCOpcode]int
 	wcs  []qp.WC
+	// pings done (the data READ and WRITTEN back), from up (the
+	// connection established)
+	pings int
+	up    time.Time
+}
+
+// rpingJSON is rping's --json object, in the shape of server's and
+// client's (pingpongJSON): written at the end of a run that had a
+// connection up, also when a signal ended it (rping's usual end without
+// -C), the text going to stderr.
+type rpingJSON struct {
+	Program  string         `json:"program"` // rping
+	Role     string         `json:"role"`    // server or client
+	Size     int            `json:"size"`    // -S, bytes of ping data
+	Iters    int            `json:"iters"`   // pings done: READ by the server and WRITTEN back
+	Bytes    string         `json:"bytes"`   // ping data moved, both ways (2 x size a ping)
+	Seconds  float64        `json:"seconds"` // from the connection established to the end
+	Stopped  string         `json:"stopped_by,omitempty"`
+	Counters map[string]any `json:"counters"` // the data QP's (qp.Counters keys)
+	Endpoint map[string]any `json:"endpoint"` // the RoCEv2 socket's (transport.Stats keys)
+}
+
+// emitJSON writes --json's object for a run whose connection came up.
+func (s *rpingSession) emitJSON(c qp.Counters, sig os.Signal) error {
+	f := s.f
+	if !f.js.on || s.up.IsZero() {
+		return nil
+	}
+	j := rpingJSON{Program: "rping", Role: "client", Size: f.size, Iters: s.pings, Bytes: strconv.Itoa(2 * f.size * s.pings),
+		Seconds: time.Since(s.up).Seconds()}
+	if f.server {
+		j.Role = "server"
+	}
+	if sig != nil {
+		j.Stopped = sig.String()
+	}
+	var err error
+	if j.Counters, err = countersJSON(c); err != nil {
+		return err
+	}
+	if j.Endpoint, err = countersJSON(s.ep.Stats()); err != nil {
+		return err
+	}
+	return f.js.emit(j)
 }
 
 // run runs one rping. On SIGINT or SIGTERM (or --timeout, or an error)
@@ -178,15 +227,22 @@ func (f *rpingFlags) run() (err error) {
 	defer func() {
 		detail := "no rdma_cm connection was up"
 		var qpc string
+		var c qp.Counters
 		if s.conn != nil {
 			detail, _ = disconnectCM(s.conn)
-			qpc = describeCounters(s.conn.QP().Counters())
+			c = s.conn.QP().Counters()
+			qpc = describeCounters(c)
 			s.conn.Close()
 		} else if d := drainCM(svc); d != "" {
 			detail = d
 		}
 		sig := intr.caught()
 		f.debugf("cm counters: %s\n", cmCounters(svc.Stats()))
+		if err == nil || sig != nil {
+			if jerr := s.emitJSON(c, sig); jerr != nil && err == nil {
+				err = jerr
+			}
+		}
 		if sig == nil {
 			return
 		}
@@ -233,7 +289,7 @@ func (s *rpingSession) run(ctx context.Context, svc *rdmacm.Service) error {
 		if err != nil {
 			return fmt.Errorf("connect error: %w", err)
 		}
-		s.conn = conn
+		s.conn, s.up = conn, time.Now()
 		f.debugf("cma_event type RDMA_CM_EVENT_ESTABLISHED cma_id %#x (child)\n", s.conn.ID())
 		return s.finish(s.server(ctx))
 	}
@@ -250,7 +306,7 @@ func (s *rpingSession) run(ctx context.Context, svc *rdmacm.Service) error {
 		}
 		return fmt.Errorf("connect error: %w", err)
 	}
-	s.conn = conn
+	s.conn, s.up = conn, time.Now()
 	f.debugf("cma_event type RDMA_CM_EVENT_ESTABLISHED cma_id %#x (parent)\n", s.conn.ID())
 	err = s.client(ctx)
 	if ctx.Err() != nil {
@@ -404,6 +460,7 @@ func (s *rpingSession) client(ctx context.Context) error {
 		if f.verbose {
 			fmt.Fprintf(f.stdout, "ping data: %s\n", cstring(s.rdma))
 		}
+		s.pings++
 	}
 	return nil
 }
@@ -456,6 +513,7 @@ func (s *rpingSession) serve(ctx context.Context) error {
 			RemoteAddr: addr, RKey: rkey}, qp.IBV_WC_RDMA_WRITE); err != nil {
 			return fmt.Errorf("wait for RDMA_WRITE_COMPLETE: %w", err)
 		}
+		s.pings++
 		// Tell the client to begin again.
 		if err := s.postSend(ctx, qp.SendWR{WRID: 2, Opcode: qp.IBV_WR_SEND, SGEs: []qp.SGE{s.sendMR.SGE(0, rpingInfoLen)}}, qp.IBV_WC_SEND); err != nil {
 			return err

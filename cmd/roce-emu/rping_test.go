@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -71,6 +72,69 @@ func TestRpingClientServer(t *testing.T) {
 	}
 	assert.Contains(t, serr.String(), "server DISCONNECT EVENT...")
 	assert.Contains(t, cerr.String(), "client DISCONNECT EVENT...")
+}
+
+// rping --json on both sides: stdout is one JSON object in the shape of
+// server's and client's (program, role, size, iters, bytes as a string,
+// seconds, the QP's counters and the socket's, 64-bit counts as strings);
+// -v's ping data goes to stderr instead.
+func TestRpingJSON(t *testing.T) {
+	udp := freeUDPPort(t)
+	var wg sync.WaitGroup
+	var sout, serr bytes.Buffer
+	var scode int
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		scode = run([]string{"rping", "-s", "--json", "--bind", "127.0.0.2", "--udp-port", udp, "-p", "7176", "-S", "100", "--timeout", "60s"}, &sout, &serr)
+	}()
+	time.Sleep(300 * time.Millisecond) // a REQ before the server's socket exists is lost: resent 6 s later
+	var cout, cerr bytes.Buffer
+	var ccode int
+	for try := 0; try < 100; try++ { // the server may not be listening yet: a REJ
+		cout.Reset()
+		cerr.Reset()
+		ccode = run([]string{"rping", "-c", "--json", "--bind", "127.0.0.1", "--udp-port", udp, "-a", "127.0.0.2", "-p", "7176",
+			"-C", "5", "-v", "-V", "-S", "100", "--timeout", "60s"}, &cout, &cerr)
+		if ccode == 0 || !strings.Contains(cerr.String(), "REJECTED") {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	wg.Wait()
+	require.Equal(t, 0, ccode, "client: %s", cerr.String())
+	require.Equal(t, 0, scode, "server: %s", serr.String())
+	assert.Contains(t, cerr.String(), "ping data: "+rpingLine(4, 100), "-v goes to stderr under --json")
+	for _, tc := range []struct {
+		role string
+		out  string
+	}{{"client", cout.String()}, {"server", sout.String()}} {
+		require.Equal(t, 1, strings.Count(tc.out, "\n"), "%s: one line of JSON: %s", tc.role, tc.out)
+		var j struct {
+			Program  string            `json:"program"`
+			Role     string            `json:"role"`
+			Size     int               `json:"size"`
+			Iters    int               `json:"iters"`
+			Bytes    string            `json:"bytes"`
+			Seconds  float64           `json:"seconds"`
+			Counters map[string]string `json:"counters"`
+			Endpoint map[string]string `json:"endpoint"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(tc.out), &j), "%s: %s", tc.role, tc.out)
+		assert.Equal(t, "rping", j.Program)
+		assert.Equal(t, tc.role, j.Role)
+		assert.Equal(t, 100, j.Size)
+		assert.Equal(t, 5, j.Iters, tc.role)
+		assert.Equal(t, "1000", j.Bytes, tc.role)
+		assert.Greater(t, j.Seconds, 0.0)
+		sent, err := strconv.ParseUint(j.Counters["sent_pkts"], 10, 64)
+		require.NoError(t, err, "%s: sent_pkts %q", tc.role, j.Counters["sent_pkts"])
+		assert.NotZero(t, sent, tc.role)
+		assert.Equal(t, "0", j.Counters["retransmitted_pkts"], tc.role)
+		tx, err := strconv.ParseUint(j.Endpoint["tx_datagrams"], 10, 64)
+		require.NoError(t, err, tc.role)
+		assert.GreaterOrEqual(t, tx, sent, tc.role)
+	}
 }
 
 // A client whose server does not listen on the port gets the REJ at once.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -361,6 +362,28 @@ func (h *harness) perftest(c perftestCase, ourClient bool, guestMTU, ourMTU int,
 	if c.kind == "bw" && c.op != "send" && theirs != mine {
 		return "", fmt.Errorf("the results did not cross intact: %s printed %q, roce-emu %q", c.program(), theirs, mine)
 	}
+	// send_bw: each side measures its own figures (the client from its
+	// first post to its last completion, the server from its first receive
+	// to its last), on the same run: their BW averages agree within 10%.
+	var figures string
+	if c.kind == "bw" && c.op == "send" && rxeReports && emuReports {
+		t, m, err := resultField(theirs, 3), resultField(mine, 3), error(nil)
+		switch {
+		case t <= 0 || m <= 0:
+			err = fmt.Errorf("no BW average to compare: %s printed %q, roce-emu %q", c.program(), theirs, mine)
+		case math.Abs(t-m) > 0.1*math.Max(t, m):
+			err = fmt.Errorf("the BW averages of the same run differ by more than 10%%: %s %.2f, roce-emu %.2f", c.program(), t, m)
+		}
+		if err != nil {
+			return "", err
+		}
+		figures = fmt.Sprintf("; BW average %s %.2f, roce-emu %.2f (%.1f%% apart, at most 10%%)", c.program(), t, m, 100*math.Abs(t-m)/math.Max(t, m))
+	}
+	// Latency: both sides' t_typical, recorded, not compared (each side
+	// times its own half round trips; under TCG one stall moves them).
+	if c.kind == "lat" && rxeReports && emuReports {
+		figures = fmt.Sprintf("; t_typical[usec] %s %.2f, roce-emu %.2f (recorded, not compared)", c.program(), resultField(theirs, 4), resultField(mine, 4))
+	}
 	// -a: the client prints every size from 2 bytes; the server the last.
 	if c.all {
 		client := map[bool]string{true: o, false: g.out}[ourClient]
@@ -451,6 +474,23 @@ func (h *harness) perftest(c perftestCase, ourClient bool, guestMTU, ourMTU int,
 	if i := strings.Index(o, "data check:"); i >= 0 {
 		detail += "; " + strings.TrimSpace(strings.SplitN(o[i:], "\n", 2)[0])
 	}
+	detail += figures
 	detail += "; roce-emu " + strings.TrimSpace(served[0]) + "; " + counters
 	return detail, nil
+}
+
+// resultField is field i (from 0) of a result line as resultLine gives
+// it, as a number: bw lines are #bytes, #iterations, BW peak, BW average,
+// MsgRate; lat lines #bytes, #iterations, t_min, t_max, t_typical, ...
+// It is -1 when the line has no such number.
+func resultField(line string, i int) float64 {
+	f := strings.Fields(line)
+	if i >= len(f) {
+		return -1
+	}
+	v, err := strconv.ParseFloat(f[i], 64)
+	if err != nil {
+		return -1
+	}
+	return v
 }
