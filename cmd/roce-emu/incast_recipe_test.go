@@ -230,7 +230,7 @@ func TestPingpongRoCEVia(t *testing.T) {
 	}()
 	var cout, cerr bytes.Buffer
 	ccode := 0
-	for try := 0; try < 50; try++ { // the server may not be listening yet
+	for try := 0; try < listenTries; try++ { // the server may not be listening yet
 		cout.Reset()
 		cerr.Reset()
 		ccode = runClient([]string{"--bind", "127.0.0.1", "--udp-port", strconv.Itoa(int(uc)), "-p", tcp, "-n", "50", "--timeout", "20s",

@@ -33,7 +33,7 @@ func runPerfPair(t *testing.T, kind string, extra ...string) (string, string) {
 	}()
 	var cout, cerr bytes.Buffer
 	var ccode int
-	for try := 0; try < 50; try++ {
+	for try := 0; try < listenTries; try++ {
 		cout.Reset()
 		cerr.Reset()
 		ccode = run(append(append([]string{}, common...), "--bind", "127.0.0.1", "127.0.0.1"), &cout, &cerr)
@@ -260,7 +260,7 @@ func TestBWAllSizesServerWithoutA(t *testing.T) {
 	}()
 	var cout, cerr bytes.Buffer
 	var ccode int
-	for try := 0; try < 50; try++ {
+	for try := 0; try < listenTries; try++ {
 		cout.Reset()
 		cerr.Reset()
 		ccode = run(append(slices.Clone(common), "-a", "--bind", "127.0.0.1", "127.0.0.1"), &cout, &cerr)

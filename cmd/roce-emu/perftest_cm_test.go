@@ -33,7 +33,7 @@ func runPerfPairCM(t *testing.T, kind string, extra ...string) (string, string) 
 	}
 	var cout, cerr bytes.Buffer
 	var ccode int
-	for try := 0; try < 50; try++ {
+	for try := 0; try < listenTries; try++ {
 		cout.Reset()
 		cerr.Reset()
 		ccode = run(append(append([]string{}, common...), "--bind", "127.0.0.1", "127.0.0.2"), &cout, &cerr)

@@ -56,7 +56,7 @@ func startPerftestServer(t *testing.T, args ...string) (net.Conn, func() (int, s
 	}()
 	var c net.Conn
 	var err error
-	for try := 0; try < 200; try++ {
+	for try := 0; try < listenTries; try++ {
 		if c, err = net.Dial("tcp", "127.0.0.1:"+tcp); err == nil {
 			break
 		}
@@ -216,7 +216,7 @@ func newRelay(t *testing.T, to string, want []transcript.Msg) *relay {
 		}
 		defer cl.Close()
 		var sv net.Conn
-		for try := 0; try < 200; try++ {
+		for try := 0; try < listenTries; try++ {
 			if sv, err = net.Dial("tcp", "127.0.0.1:"+to); err == nil {
 				break
 			}

@@ -37,7 +37,7 @@ func TestPingpongClientServer(t *testing.T) {
 	}()
 	var cout, cerr bytes.Buffer
 	var ccode int
-	for try := 0; try < 50; try++ { // the server may not be listening yet
+	for try := 0; try < listenTries; try++ { // the server may not be listening yet
 		cout.Reset()
 		cerr.Reset()
 		ccode = run([]string{"client", "--bind", "127.0.0.1", "--udp-port", udp, "-p", tcp, "-n", "200", "-s", "5000", "--timeout", "20s", "127.0.0.1"}, &cout, &cerr)
@@ -98,7 +98,7 @@ func runPingpongPair(t *testing.T, serverArgs, clientArgs []string) (sout, cout 
 	}()
 	var co, ce bytes.Buffer
 	var ccode int
-	for try := 0; try < 50; try++ {
+	for try := 0; try < listenTries; try++ {
 		co.Reset()
 		ce.Reset()
 		ccode = run(append(append(append([]string{"client", "--bind", "127.0.0.1"}, common...), clientArgs...), "127.0.0.1"), &co, &ce)
@@ -213,7 +213,7 @@ func TestPingpongSRQ(t *testing.T) {
 		scode = run([]string{"server", "--bind", "127.0.0.2", "--udp-port", udp, "-p", tcp, "--srq", "-q", "4", "--timeout", "10s"}, &so, &se)
 	}()
 	var ce bytes.Buffer
-	for try := 0; try < 50; try++ {
+	for try := 0; try < listenTries; try++ {
 		ce.Reset()
 		var co bytes.Buffer
 		if run([]string{"client", "--bind", "127.0.0.1", "--udp-port", udp, "-p", tcp, "--srq", "-q", "2", "--timeout", "10s", "127.0.0.1"}, &co, &ce) == 0 ||
@@ -271,7 +271,7 @@ func TestPingpongConnectionMismatch(t *testing.T) {
 			}()
 			var cout, cerr bytes.Buffer
 			var ccode int
-			for try := 0; try < 50; try++ { // the server may not be listening yet
+			for try := 0; try < listenTries; try++ { // the server may not be listening yet
 				cout.Reset()
 				cerr.Reset()
 				ccode = run([]string{"client", "--connection", tc.client, "--bind", "127.0.0.1", "--udp-port", udp, "-p", tcp, "-s", "512",

@@ -49,7 +49,7 @@ func TestRpingClientServer(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // a REQ before the server's socket exists is lost: resent 6 s later
 	var cout, cerr bytes.Buffer
 	var ccode int
-	for try := 0; try < 100; try++ { // the server may not be listening yet: a REJ
+	for try := 0; try < listenTries; try++ { // the server may not be listening yet: a REJ
 		cout.Reset()
 		cerr.Reset()
 		ccode = run([]string{"rping", "-c", "--bind", "127.0.0.1", "--udp-port", udp, "-a", "127.0.0.2", "-p", "7175",
@@ -91,7 +91,7 @@ func TestRpingJSON(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // a REQ before the server's socket exists is lost: resent 6 s later
 	var cout, cerr bytes.Buffer
 	var ccode int
-	for try := 0; try < 100; try++ { // the server may not be listening yet: a REJ
+	for try := 0; try < listenTries; try++ { // the server may not be listening yet: a REJ
 		cout.Reset()
 		cerr.Reset()
 		ccode = run([]string{"rping", "-c", "--json", "--bind", "127.0.0.1", "--udp-port", udp, "-a", "127.0.0.2", "-p", "7176",

@@ -75,7 +75,7 @@ func TestPingpongRefusesThirdHostGID(t *testing.T) {
 		go func() { done <- run(args, out, out) }()
 		var c net.Conn
 		var err error
-		for try := 0; try < 200; try++ {
+		for try := 0; try < listenTries; try++ {
 			if c, err = net.Dial("tcp", "127.0.0.1:"+tcp); err == nil {
 				break
 			}
