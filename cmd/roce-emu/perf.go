@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -603,13 +604,32 @@ func (j *perfJSON) noteLat(size, iters int, samples []time.Duration) {
 }
 
 // write writes the file; a run with nothing to report (ib_read_lat's
-// server) writes test_info only, as perftest writes nothing there.
+// server) writes test_info only, as perftest writes nothing there. It
+// writes a temporary file beside name and renames it, so that a reader,
+// or the other side of a run on one host given the same name, never
+// sees a partial or interleaved file (two writers of one name leave one
+// of the two, whole).
 func (j *perfJSON) write(name string) error {
 	b, err := json.MarshalIndent(j, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(name, append(b, '\n'), 0o644); err != nil {
+	tmp, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".*")
+	if err != nil {
+		return fmt.Errorf("--out_json_file: %v", err)
+	}
+	_, err = tmp.Write(append(b, '\n'))
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), name)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
 		return fmt.Errorf("--out_json_file: %v", err)
 	}
 	return nil
