@@ -113,6 +113,7 @@ func TestUDPZeroChecksum6Sent(t *testing.T) {
 	for _, compute := range []bool{false, true} {
 		src := listen6(t, UDPOptions{ComputeUDPChecksum: compute})
 		dst := listen6(t, UDPOptions{})
+		keepUDPDstPort(t, fd, dst.LocalAddr().Port(), false)
 		data := sendOnly(t, src.LocalAddr(), dst.LocalAddr(), 9)
 		_, err := src.WriteBatch([]Datagram{{Data: data, Src: src.LocalAddr(), Dst: dst.LocalAddr()}})
 		require.NoError(t, err)

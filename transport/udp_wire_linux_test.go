@@ -90,6 +90,7 @@ func TestUDPZeroChecksum4Sent(t *testing.T) {
 		dst, err := ListenUDP(netipMust("127.0.0.1:0"), UDPOptions{EphemeralPort: true})
 		require.NoError(t, err)
 		defer dst.Close()
+		keepUDPDstPort(t, fd, dst.LocalAddr().Port(), true)
 		data := sendOnly(t, src.LocalAddr(), dst.LocalAddr(), 9)
 		_, err = src.WriteBatch([]Datagram{{Data: data, Src: src.LocalAddr(), Dst: dst.LocalAddr()}})
 		require.NoError(t, err)
