@@ -57,8 +57,8 @@ func (c *ccFlags) check() error {
 	if c.p, err = dcqcnParams(c.profile, rate, c.params); err != nil {
 		return err
 	}
-	if c.peerTimeout < 0 {
-		return fmt.Errorf("--peer-timeout %v: must not be negative (0: never)", c.peerTimeout)
+	if c.peerTimeout < 0 || (c.peerTimeout > 0 && c.peerTimeout < time.Millisecond) {
+		return fmt.Errorf("--peer-timeout %v: give 0 (never) or at least 1ms", c.peerTimeout)
 	}
 	if c.via != "" {
 		a, err := netip.ParseAddrPort(c.via)

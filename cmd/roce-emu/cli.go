@@ -272,7 +272,7 @@ func watchPeerSilence(ctx context.Context, w io.Writer, kind string, timeout tim
 	if timeout <= 0 || len(qps) == 0 {
 		return ctx, func() { cancel(context.Canceled) }
 	}
-	every := min(time.Second, timeout/10)
+	every := max(time.Millisecond, min(time.Second, timeout/10))
 	var last uint64
 	quietSince := time.Now()
 	stop := poll(ctx, every, func(<-chan struct{}) bool {

@@ -298,3 +298,23 @@ func TestCLIDemoJSON(t *testing.T) {
 	assert.IsType(t, "", rec.Endpoint["rx_datagrams"])
 	assert.Empty(t, rec.Capture)
 }
+
+// Durations a run cannot use are refused before anything starts, with
+// the flag named: a negative --exchange-timeout turned the bound off, and
+// a --peer-timeout under 10ns panicked (a ticker of interval 0).
+func TestCLIDurationFlagsRefused(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"server", "--bind", "127.0.0.1", "--exchange-timeout", "-1s"}, "--exchange-timeout -1s: must not be negative (0: no bound)"},
+		{[]string{"bw", "--bind", "127.0.0.1", "--exchange-timeout", "-5m"}, "--exchange-timeout -5m0s: must not be negative (0: no bound)"},
+		{[]string{"client", "--bind", "127.0.0.1", "--peer-timeout", "5ns", "127.0.0.2"}, "--peer-timeout 5ns: give 0 (never) or at least 1ms"},
+		{[]string{"lat", "--bind", "127.0.0.1", "--peer-timeout", "-1s"}, "--peer-timeout -1s: give 0 (never) or at least 1ms"},
+	} {
+		code, stdout, stderr := runCLI(t, c.args...)
+		assert.Equal(t, 2, code, "%v: %s", c.args, stderr)
+		assert.Contains(t, stderr, c.want, "%v", c.args)
+		assert.Empty(t, stdout, "%v: nothing runs", c.args)
+	}
+}

@@ -103,6 +103,9 @@ func (n *netFlags) check() error {
 	if n.udpPort == 0 || n.udpPort > 65535 {
 		return fmt.Errorf("--udp-port %d: must be 1-65535", n.udpPort)
 	}
+	if n.exchangeTimeout < 0 {
+		return fmt.Errorf("--exchange-timeout %v: must not be negative (0: no bound)", n.exchangeTimeout)
+	}
 	_, err = n.faultSet()
 	return err
 }

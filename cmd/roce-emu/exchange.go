@@ -195,10 +195,12 @@ func refusedHint(err error, gid, from netip.Addr) error {
 	if !(errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
 		return err
 	}
-	src := "unknown"
-	if from.IsValid() {
-		src = from.String()
+	if !from.IsValid() || from.Unmap() == gid.Unmap() || from.Unmap().Is4() != gid.Unmap().Is4() {
+		// Not a GID the check refuses: the same address, or another
+		// IP version (which the server refuses for that reason).
+		return fmt.Errorf("%w; the server closed the exchange after our address (%s): its own output says why", err, gid)
 	}
+	src := from.String()
 	return fmt.Errorf("%w; the server closed the exchange after our address: it likely refused the GID we announced (%s) as not the address our exchange connection came from (%s); a server that must take it runs with --allow-gid-mismatch (its own output says why it refused)",
 		err, gid, src)
 }

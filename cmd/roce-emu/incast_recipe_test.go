@@ -86,7 +86,7 @@ func TestIncastRecipe(t *testing.T) {
 		go func() { swDone <- runSwitch(args, swOut, swErr) }()
 		bound := false
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-			if strings.Count(swOut.String(), "<-> sender") == 2 {
+			if strings.Count(swErr.String(), "<-> sender") == 2 { // --json: the banner on stderr
 				bound = true
 				break
 			}

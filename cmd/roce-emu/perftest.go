@@ -36,6 +36,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/roce-emu/roce-emu/oob"
@@ -593,7 +594,7 @@ func (r *perftestTraffic) test(ctx context.Context, s *oob.Perftest, kind string
 		}
 		// The client says it is done; then the results go across.
 		if err := r.bound.do(ctx, func(ctx context.Context) error { return s.Barrier(ctx, "traffic done") }); err != nil {
-			if !client {
+			if !client && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)) {
 				return fmt.Errorf("%v (the client stopped before reporting; if it runs -a, start this server with -a too: its buffer is sized for -s %d)", err, f.size)
 			}
 			return err

@@ -111,17 +111,22 @@ func runSwitch(args []string, stdout, stderr io.Writer) int {
 	defer sw.Close()
 	_, restore := setSwitchMemoryLimit(cfg.HoldBytes, q.Buffer, q.PFC)
 	defer restore()
-	fmt.Fprintf(stdout, "switch at %s: egress %v to %s, WRED-ECN Kmin %d Kmax %d Pmax %g, buffer %d, PFC %v", a, r, receivers.String(), q.KMin, q.KMax, q.PMax, q.Buffer, q.PFC)
-	if q.PFC {
-		fmt.Fprintf(stdout, " (hold %d)", cfg.HoldBytes)
+	// With --json, stdout carries the JSON alone: the banner goes to stderr.
+	banner := stdout
+	if *asJSON {
+		banner = stderr
 	}
-	fmt.Fprintln(stdout)
+	fmt.Fprintf(banner, "switch at %s: egress %v to %s, WRED-ECN Kmin %d Kmax %d Pmax %g, buffer %d, PFC %v", a, r, receivers.String(), q.KMin, q.KMax, q.PMax, q.Buffer, q.PFC)
+	if q.PFC {
+		fmt.Fprintf(banner, " (hold %d)", cfg.HoldBytes)
+	}
+	fmt.Fprintln(banner)
 	for i, p := range sw.Ports() {
 		to := ""
 		if len(cfg.Receivers) > 0 {
 			to = ", receiver " + cfg.Receivers[i].String()
 		}
-		fmt.Fprintf(stdout, "  port %d <-> sender %s%s\n", p.Port(), cfg.Senders[i], to)
+		fmt.Fprintf(banner, "  port %d <-> sender %s%s\n", p.Port(), cfg.Senders[i], to)
 	}
 	print := func() {
 		st := sw.Stats()

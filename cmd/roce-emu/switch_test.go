@@ -72,7 +72,8 @@ func TestSwitchCommandDCQCN(t *testing.T) {
 		// The switch prints its ports once it has bound them.
 		bound := false
 		for deadline := time.Now().Add(10 * time.Second); !bound && time.Now().Before(deadline); {
-			if strings.Count(stdout.String(), "<-> sender") == len(ports) {
+			// With --json the banner goes to stderr: stdout is JSON alone.
+			if strings.Count(stderr.String(), "<-> sender") == len(ports) {
 				bound = true
 				break
 			}
@@ -112,6 +113,9 @@ func TestSwitchCommandDCQCN(t *testing.T) {
 
 	// The last line is the switch's counters as JSON.
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	for _, l := range lines {
+		require.True(t, json.Valid([]byte(l)), "--json: every line of stdout is JSON: %q", l)
+	}
 	var st transport.SwitchStats
 	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &st), "output: %s", stdout.String())
 	// The receiver's QPs wrote the data from its Endpoint's read loop, and

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"os"
 	"runtime/debug"
 )
@@ -20,8 +21,17 @@ const switchMemoryMargin = 32 << 20
 // 700 MiB with --hold-bytes 256 MiB). The limit makes the collector run
 // before the heap passes it instead.
 func switchMemoryLimit(holdBytes, buffer int, pfc bool) int64 {
-	n := int64(buffer) + switchMemoryMargin
+	// Saturating: flags near math.MaxInt64 give no limit to speak of,
+	// never a wrapped, small one.
+	n := int64(buffer)
+	if n > math.MaxInt64-switchMemoryMargin {
+		return math.MaxInt64
+	}
+	n += switchMemoryMargin
 	if pfc {
+		if int64(holdBytes) > math.MaxInt64-n {
+			return math.MaxInt64
+		}
 		n += int64(holdBytes)
 	}
 	return n

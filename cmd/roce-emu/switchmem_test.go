@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -51,4 +52,13 @@ func TestSwitchHelperProcess(t *testing.T) {
 	}
 	switchOwnsProcess = true // alone in its process, as the command
 	os.Exit(run(strings.Fields(args), os.Stdout, os.Stderr))
+}
+
+// Byte flags near math.MaxInt64 give no limit to speak of, never a
+// wrapped small one (or a negative one, which SetMemoryLimit ignores).
+func TestSwitchMemoryLimitSaturates(t *testing.T) {
+	assert.Equal(t, int64(math.MaxInt64), switchMemoryLimit(math.MaxInt64, math.MaxInt64, true))
+	assert.Equal(t, int64(math.MaxInt64), switchMemoryLimit(1<<20, math.MaxInt64, false))
+	assert.Equal(t, int64(math.MaxInt64), switchMemoryLimit(math.MaxInt64-1<<20, 1<<20, true))
+	assert.Equal(t, int64(math.MaxInt64-1), switchMemoryLimit(math.MaxInt64-1-(1<<20)-switchMemoryMargin, 1<<20, true))
 }
