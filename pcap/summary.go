@@ -109,7 +109,7 @@ type Flow struct {
 	// after the highest PSN already seen in the flow: go-back-N resends and
 	// duplicates. ACKs and CNPs are not counted: repeating a PSN is their
 	// nature; nor are UD and UC, which never resend.
-	Retransmitted int `json:"retransmitted"`
+	Retransmitted int `json:"retransmitted_packets"` // analyze's name for the same count
 	// Duplicates counts UC packets whose PSN is not after the highest
 	// seen: UC never resends, so the path (or the capture) repeated them.
 	Duplicates int `json:"duplicates"`

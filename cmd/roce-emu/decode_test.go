@@ -108,7 +108,7 @@ type jsonFlow struct {
 	Transport     string `json:"transport"`
 	Packets       int    `json:"packets"`
 	PayloadBytes  int    `json:"payload_bytes,string"`
-	Retransmitted int    `json:"retransmitted"`
+	Retransmitted int    `json:"retransmitted_packets"`
 	CNPs          int    `json:"cnps"`
 }
 
