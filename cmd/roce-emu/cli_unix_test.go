@@ -118,7 +118,14 @@ func TestCLIDeadPath(t *testing.T) {
 				`: check that the peer receives RoCEv2 on UDP port `+cudp+` \(--udp-port, the same on both sides; rxe uses 4791\), that 127\.0\.0\.2, the address it announced, is its own and reachable from this side's --bind address, and that no firewall drops UDP port `+cudp+`$`, cerr.String())
 			sendSignal(t, syscall.SIGINT)
 			assert.Equal(t, 130, <-cdone) // 128 + SIGINT
-			assert.Equal(t, 130, <-sdone)
+			// Both sides run in this one process and get the one SIGINT:
+			// the client, stopped by it, may close the exchange before the
+			// server has seen the signal; then the server ends on the
+			// closed exchange (exit 1, the peer named), not on SIGINT.
+			if code := <-sdone; code != 130 {
+				assert.Equal(t, 1, code, "server: %s", serr.String())
+				assert.Contains(t, serr.String(), "the peer closed the connection", "server: exit 1 only for the exchange the client closed")
+			}
 			assert.Equal(t, 1, strings.Count(cerr.String(), "ACK timeouts and not one"), "said once")
 		})
 	}
