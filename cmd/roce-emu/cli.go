@@ -309,6 +309,18 @@ func watchPeerSilence(ctx context.Context, w io.Writer, kind string, timeout tim
 	}
 }
 
+// saidAbove is err, or errPeerSilent when watchPeerSilence, which has
+// said why on stderr, cancelled ctx: the exchange step its cancel
+// interrupted (a server waiting on the barrier after traffic) would
+// otherwise add "context canceled" under that line. watchMismatch's stop
+// keeps the step's error: it names what the peer's test sent.
+func saidAbove(ctx context.Context, err error) error {
+	if err != nil && errors.Is(context.Cause(ctx), errPeerSilent) {
+		return errPeerSilent
+	}
+	return err
+}
+
 // mismatchRNRs is how many RNR NAKs, making at least half of all the
 // packets that came back, tell a SEND side that its peer posts no
 // receives at all (a side of -o write, read or atomic) rather than

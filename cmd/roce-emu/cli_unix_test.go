@@ -5,6 +5,7 @@ package main
 import (
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -157,4 +158,44 @@ func TestCLIProgress(t *testing.T) {
 	sendSignal(t, syscall.SIGINT)
 	<-sdone
 	<-cdone
+}
+
+// A server whose client stops (SIGSTOP: the TCP connection stays open, so
+// only --peer-timeout can tell) ends with exit 1 and says why in one
+// line, not followed by the "context canceled" of the exchange step the
+// watcher interrupted.
+func TestCLIServerPeerStopped(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{"bw", []string{"bw", "-D", "100"}},
+		{"server", []string{"server", "-n", "100000000"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tcp, udp := freeTCPPort(t), freeUDPPort(t)
+			sout, serr, sdone := startCLI(append(slices.Clone(c.args), "-p", tcp, "--udp-port", udp, "--bind", "127.0.0.2", "--peer-timeout", "2s"))
+			waitForOutput(t, sout, serr, sdone, map[bool]string{true: "local address", false: "Waiting for client"}[c.name == "server"])
+			time.Sleep(100 * time.Millisecond) // listening
+			client := slices.Clone(c.args)
+			if c.name == "server" {
+				client[0] = "client"
+			}
+			cl, cout, cerr, cdone := startProcess(t, append(client, "-p", tcp, "--udp-port", udp, "--bind", "127.0.0.1", "127.0.0.2"))
+			waitForOutput(t, cout, cerr, cdone, "remote address")
+			waitForOutput(t, sout, serr, sdone, "remote address")
+			time.Sleep(200 * time.Millisecond)
+			require.NoError(t, cl.Process.Signal(syscall.SIGSTOP))
+			defer func() { cl.Process.Kill(); <-cdone }()
+			select {
+			case code := <-sdone:
+				assert.Equal(t, 1, code, "%s", serr.String())
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the server still runs 30 s after its client stopped: %s", serr.String())
+			}
+			assert.Equal(t, 1, strings.Count(serr.String(), "not one RoCEv2 packet from the peer 127.0.0.1"), "said once: %s", serr.String())
+			assert.NotContains(t, serr.String(), "context canceled")
+			assert.Contains(t, serr.String(), errPeerSilent.Error())
+		})
+	}
 }

@@ -331,6 +331,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	}
 	ctx, stopSilence := watchPeerSilence(ctx, f.stderr, kind, f.peerTimeout, silent...)
 	defer stopSilence()
+	defer func() { err = saidAbove(ctx, err) }()
 	r.ctx = ctx
 	xcancel()
 	xctx, xcancel = xb.under(ctx) // the same deadline, under the mismatch watcher

@@ -371,6 +371,7 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) (err error) {
 	defer watchProgress(ctx, f.progress, f.stderr, r.qps...)()
 	ctx, stopSilence := watchPeerSilence(ctx, f.stderr, mode, f.peerTimeout, r.qps...)
 	defer stopSilence()
+	defer func() { err = saidAbove(ctx, err) }()
 	secs, err := r.loop(ctx, mode == "client", remote, quiet)
 	if err != nil {
 		return err
