@@ -311,6 +311,7 @@ func TestCLIDurationFlagsRefused(t *testing.T) {
 		{[]string{"bw", "--bind", "127.0.0.1", "--exchange-timeout", "-5m"}, "--exchange-timeout -5m0s: must not be negative (0: no bound)"},
 		{[]string{"client", "--bind", "127.0.0.1", "--peer-timeout", "5ns", "127.0.0.2"}, "--peer-timeout 5ns: give 0 (never) or at least 1ms"},
 		{[]string{"lat", "--bind", "127.0.0.1", "--peer-timeout", "-1s"}, "--peer-timeout -1s: give 0 (never) or at least 1ms"},
+		{[]string{"rping", "-s", "--bind", "127.0.0.1", "--peer-timeout", "500us"}, "--peer-timeout 500µs: give 0 (never) or at least 1ms"},
 	} {
 		code, stdout, stderr := runCLI(t, c.args...)
 		assert.Equal(t, 2, code, "%v: %s", c.args, stderr)

@@ -4,6 +4,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"os/signal"
 	"slices"
 	"strings"
@@ -196,6 +197,48 @@ func TestCLIServerPeerStopped(t *testing.T) {
 			assert.Equal(t, 1, strings.Count(serr.String(), "not one RoCEv2 packet from the peer 127.0.0.1"), "said once: %s", serr.String())
 			assert.NotContains(t, serr.String(), "context canceled")
 			assert.Contains(t, serr.String(), errPeerSilent.Error())
+		})
+	}
+}
+
+// rping, either side, whose peer stops mid-run without a DREQ (SIGSTOP)
+// ends at --peer-timeout with exit 1 and one line saying why, instead of
+// waiting for ever (retry_cnt 7 never runs out).
+func TestRpingPeerStopped(t *testing.T) {
+	for _, stopped := range []string{"client", "server"} {
+		t.Run("stopped "+stopped, func(t *testing.T) {
+			udp := freeUDPPort(t)
+			port := map[string]string{"client": "7301", "server": "7302"}[stopped]
+			server := []string{"rping", "-s", "--bind", "127.0.0.2", "--udp-port", udp, "-p", port, "--peer-timeout", "2s"}
+			client := []string{"rping", "-c", "--bind", "127.0.0.1", "--udp-port", udp, "-a", "127.0.0.2", "-p", port, "--peer-timeout", "2s"}
+			var victim *exec.Cmd
+			var vout *lockedBuffer
+			var vdone, wdone chan int
+			var werr *lockedBuffer
+			if stopped == "client" {
+				_, werr, wdone = startCLI(server)
+				time.Sleep(300 * time.Millisecond) // listening
+				victim, vout, _, vdone = startProcess(t, append(client, "-d"))
+			} else {
+				victim, vout, _, vdone = startProcess(t, append(server, "-d"))
+				waitForOutput(t, vout, vout, vdone, "listening")
+				_, werr, wdone = startCLI(client)
+			}
+			waitForOutput(t, vout, vout, vdone, "RDMA_CM_EVENT_ESTABLISHED")
+			defer func() { victim.Process.Kill(); <-vdone }()
+			time.Sleep(500 * time.Millisecond) // pinging
+			require.NoError(t, victim.Process.Signal(syscall.SIGSTOP))
+			stoppedAt := time.Now()
+			select {
+			case code := <-wdone:
+				assert.Equal(t, 1, code, "%s", werr.String())
+			case <-time.After(30 * time.Second):
+				t.Fatalf("rping still runs 30 s after its peer stopped: %s", werr.String())
+			}
+			assert.GreaterOrEqual(t, time.Since(stoppedAt), 2*time.Second-300*time.Millisecond, "not before --peer-timeout")
+			assert.Equal(t, 1, strings.Count(werr.String(), "roce-emu rping: not one RoCEv2 packet from the peer"), "said once: %s", werr.String())
+			assert.Contains(t, werr.String(), errPeerSilent.Error())
+			assert.NotContains(t, werr.String(), "context canceled")
 		})
 	}
 }

@@ -40,7 +40,8 @@ type rpingFlags struct {
 	verbose, verify bool
 	debug           bool
 	timeout         time.Duration
-	js              jsonOut // --json
+	peerTimeout     time.Duration // --peer-timeout
+	js              jsonOut       // --json
 	stdout, stderr  io.Writer
 	serverAddr      netip.Addr
 }
@@ -61,6 +62,7 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.verify, "V", false, "validate ping data")
 	fs.BoolVar(&f.debug, "d", false, "debug printfs")
 	fs.DurationVar(&f.timeout, "timeout", 0, "give up after this long in all (0: never, as rping)")
+	fs.DurationVar(&f.peerTimeout, "peer-timeout", defaultPeerTimeout, "once connected, end the run with an error when not one RoCEv2 packet has come from the peer for this long (a peer stopped without a DREQ, or a dead path; retry_cnt 7 never runs out, as on rxe); 0: never")
 	f.js.register(fs, "the pings, bytes and counters")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: roce-emu rping -s [-v] [-V] [-d] [-S size] [-C count] [-a addr] [-p port]")
@@ -110,6 +112,9 @@ func (f *rpingFlags) check() error {
 	}
 	if f.timeout < 0 {
 		return fmt.Errorf("--timeout %v: must not be negative", f.timeout)
+	}
+	if f.peerTimeout < 0 || (f.peerTimeout > 0 && f.peerTimeout < time.Millisecond) {
+		return fmt.Errorf("--peer-timeout %v: give 0 (never) or at least 1ms", f.peerTimeout)
 	}
 	if f.source != "" {
 		f.bind = f.source
@@ -291,7 +296,10 @@ func (s *rpingSession) run(ctx context.Context, svc *rdmacm.Service) error {
 		}
 		s.conn, s.up = conn, time.Now()
 		f.debugf("cma_event type RDMA_CM_EVENT_ESTABLISHED cma_id %#x (child)\n", s.conn.ID())
-		return s.finish(s.server(ctx))
+		ctx, stopSilence := watchPeerSilence(ctx, f.stderr, "rping", f.peerTimeout, s.conn.QP())
+		err = s.server(ctx)
+		stopSilence()
+		return s.finish(saidAbove(ctx, err))
 	}
 	conn, err := svc.Dial(ctx, f.serverAddr, uint16(f.port), params)
 	if err != nil {
@@ -308,7 +316,14 @@ func (s *rpingSession) run(ctx context.Context, svc *rdmacm.Service) error {
 	}
 	s.conn, s.up = conn, time.Now()
 	f.debugf("cma_event type RDMA_CM_EVENT_ESTABLISHED cma_id %#x (parent)\n", s.conn.ID())
-	err = s.client(ctx)
+	sctx, stopSilence := watchPeerSilence(ctx, f.stderr, "rping", f.peerTimeout, s.conn.QP())
+	err = saidAbove(sctx, s.client(sctx))
+	stopSilence()
+	if errors.Is(err, errPeerSilent) {
+		// The server is gone: no DREP will come (run's deferred
+		// disconnectCM sends the DREQ and waits a bounded time).
+		return s.finish(err)
+	}
 	if ctx.Err() != nil {
 		// A signal or --timeout: run's deferred disconnectCM sends the
 		// DREQ and waits for the DREP with a bounded wait of its own (a
