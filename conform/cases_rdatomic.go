@@ -45,13 +45,20 @@ func rdAtomicExceeded(t *T) {
 			return
 		}
 		beyond := ps[n].BTH.PSN
-		_, a := t.Until(t.Wait, func(f *Frame) bool { return isAcknowledge(f) || f.Pkt.BTH.PSN == beyond })
+		seen, a := t.Until(t.Wait, func(f *Frame) bool { return isAcknowledge(f) || f.Pkt.BTH.PSN == beyond })
 		switch {
 		case a == nil:
 			t.Failf(fs[n:], "no answer to READ %d of %d sent at once (max_dest_rd_atomic %d) within %v", n+1, n+1, n, t.Wait)
 		case syn(a) == bth.SyndromeInvalidReq && a.Pkt.BTH.PSN == beyond:
+			// The READs within the limit are answered, each in full,
+			// before the NAK of the one beyond it (responses go in PSN
+			// order, IBTA 9.7.5.1.1).
+			if i := unanswered(seen, ps[:n]); i >= 0 {
+				t.Failf([]*Frame{fs[i], a}, "READ %d of %d, within the peer's max_dest_rd_atomic %d, got no 8-byte READ response before the NAK of READ %d", i+1, n+1, n, n+1)
+				return
+			}
 			t.Evidence(fs[n], a)
-			t.Logf("NAKed in burst %d", try)
+			t.Logf("NAKed in burst %d, after the %d READs within the limit were answered", try, n)
 		case a.Pkt.BTH.PSN != beyond || a.Pkt.BTH.Opcode == bth.RCAcknowledge:
 			t.Failf([]*Frame{fs[n], a}, "got %s, want NAK_INV_REQ for PSN %d (READ %d, beyond max_dest_rd_atomic %d)", a, beyond, n+1, n)
 		case try < rdAtomicBursts:
@@ -61,6 +68,23 @@ func rdAtomicExceeded(t *T) {
 		}
 		return
 	}
+}
+
+// unanswered is the index of the first of reqs (8-byte READs) that no
+// READ response Only of 8 bytes at its PSN among seen answers, or -1.
+func unanswered(seen []*Frame, reqs []*bth.Packet) int {
+	got := make(map[bth.PSN]bool, len(reqs))
+	for _, f := range seen {
+		if f.Pkt.BTH.Opcode == bth.RCReadResponseOnly && len(f.Pkt.Payload) == 8 {
+			got[f.Pkt.BTH.PSN] = true
+		}
+	}
+	for i, r := range reqs {
+		if !got[r.BTH.PSN] {
+			return i
+		}
+	}
+	return -1
 }
 
 // atomic builds a CMP_AND_SWP or FETCH_AND_ADD to the region's offset off.

@@ -98,3 +98,43 @@ func TestRdAtomicAnsweredBeyondFails(t *testing.T) {
 		}
 	})
 }
+
+// dropSecondReadResponse is a peer Conn that loses the READ response at
+// the second PSN it answers: a responder that NAKs the READ beyond its
+// limit but leaves one within it unanswered.
+type dropSecondReadResponse struct {
+	transport.Conn
+	seen *int
+}
+
+func (c dropSecondReadResponse) WriteBatch(ds []transport.Datagram) (int, error) {
+	keep := ds[:0:0]
+	for _, d := range ds {
+		var p bth.Packet
+		if p.Decode(d.Data) == nil && p.BTH.Opcode == bth.RCReadResponseOnly {
+			if *c.seen++; *c.seen == 2 {
+				continue
+			}
+		}
+		keep = append(keep, d)
+	}
+	if _, err := c.Conn.WriteBatch(keep); err != nil {
+		return 0, err
+	}
+	return len(ds), nil
+}
+
+// A responder that NAKs the READ beyond its limit but has not answered a
+// READ within it fails max-rd-atomic-exceeded, naming that READ.
+func TestRdAtomicUnansweredWithinFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var seen int
+		wrap := func(c transport.Conn) transport.Conn { return dropSecondReadResponse{c, &seen} }
+		rep := runSelf(t, SelfOptions{Seed: 8, WrapConn: wrap}, casesNamed(t, "max-rd-atomic-exceeded"))
+		r := rep.Cases[0]
+		t.Logf("%s %v %s", r.Verdict, r.Frames, r.Detail)
+		if r.Verdict != Fail || !strings.Contains(r.Detail, "READ 2 of ") || !strings.Contains(r.Detail, "got no 8-byte READ response before the NAK") {
+			t.Errorf("verdict %s (%s), want fail naming READ 2", r.Verdict, r.Detail)
+		}
+	})
+}

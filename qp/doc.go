@@ -84,7 +84,10 @@
 // response packet. Here responses are handed out a packet at a time from
 // the memory region too, and the refusal bounds how many are queued: a
 // peer that keeps to the max_rd_atomic it was given is never refused,
-// one that floods READs ends its QP. Duplicates are answered from the
+// one that floods READs ends its QP. The answers queued before the NAK,
+// to requests within the limit, still go out ahead of it, in PSN order,
+// as rxe's have left by the time it takes the next request. Duplicates
+// are answered from the
 // last max_dest_rd_atomic requests remembered, as rxe's find_resource
 // does (IBTA 9.7.5.1.2), each replacing an answer to the same request
 // still queued.

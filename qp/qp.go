@@ -575,7 +575,9 @@ func (q *QP) toError(cause *QPError) {
 	}
 	q.state = IBV_QPS_ERR
 	q.flush(true)
-	q.resp.keepAcksOnly()
+	if !cause.Responder {
+		q.resp.keepAcksOnly()
+	}
 	q.comp.retransmitAt = time.Time{}
 	q.req.rnrUntil = time.Time{}
 }

@@ -28,7 +28,9 @@ func (d *dropQP) next(t *testing.T) bth.Packet {
 
 // A READ request that finds max_dest_rd_atomic responses still being sent
 // is NAKed Invalid Request and the QP goes to ERR; the responses queued
-// before it are not sent.
+// before it, to READs executed within the limit, go out first, in PSN
+// order, and then the NAK (as rxe, which sends each READ's response
+// before it takes the next request): nothing after the NAK.
 func TestReadBeyondMaxDestRdAtomic(t *testing.T) {
 	d := newDropQP(t) // max_dest_rd_atomic 4, path MTU 1024
 	psn := bth.PSN(0x200)
@@ -42,6 +44,16 @@ func TestReadBeyondMaxDestRdAtomic(t *testing.T) {
 	assert.Equal(t, IBV_QPS_ERR, d.q.State())
 	assert.Equal(t, uint64(1), d.q.Counters.RespRdAtomicExceeded)
 	assert.Equal(t, uint64(1), d.q.Counters.RespInvalidRequest)
+	for i := range 16 {
+		r := d.next(t)
+		want := map[int]bth.Opcode{0: bth.RCReadResponseFirst, 3: bth.RCReadResponseLast}[i%4]
+		if want == 0 {
+			want = bth.RCReadResponseMiddle
+		}
+		assert.Equal(t, want, r.BTH.Opcode, "packet %d", i)
+		assert.Equal(t, bth.PSN(0x200).Add(i), r.BTH.PSN, "packet %d", i)
+		assert.Len(t, r.Payload, 1024, "packet %d", i)
+	}
 	nak := d.next(t)
 	assert.Equal(t, bth.RCAcknowledge, nak.BTH.Opcode)
 	assert.Equal(t, bth.SyndromeInvalidReq, nak.AETH.Syndrome)

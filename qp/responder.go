@@ -663,9 +663,16 @@ func (s *responder) flush(complete bool) {
 	s.rq = s.rq[:0]
 }
 
-// keepAcksOnly trims the output queue when the QP enters ERR: only ACKs
-// and NAKs already queued (the NAK that ended the QP among them) still go
-// out; READ responses and atomic ACKs do not.
+// keepAcksOnly trims the output queue when the QP enters ERR other than
+// by the responder's own NAK (a requester error, or the consumer's move
+// to ERR): only ACKs and NAKs already queued still go out; READ responses
+// and atomic ACKs do not. When the responder's NAK ends the QP, the
+// answers queued before it, to requests executed before the one refused,
+// go out first and then the NAK, in PSN order as a responder that
+// answers each request before taking the next sends them (rxe's
+// read_reply, which transmits a READ's response before rxe_resp takes
+// the next packet): a NAK ahead of them would leave those valid READs
+// and atomics unanswered at the requester.
 func (s *responder) keepAcksOnly() {
 	keep := s.out[:0]
 	for _, it := range s.out {
