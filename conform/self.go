@@ -40,6 +40,11 @@ type SelfOptions struct {
 	// makes a peer that takes more READs at once than it said, as one
 	// that never refuses them looks (max-rd-atomic-exceeded fails).
 	AnnouncedOutReads uint16
+	// ACKTimeout is the local ACK timeout code of the perftest peers' QPs
+	// (IBA 4.096 µs x 2^code; perftest's -u); 0 means 14 (67 ms), as
+	// perftest. A short one makes a peer whose ACK timer alone could
+	// resend a READ as soon as an implied NAK would.
+	ACKTimeout uint8
 }
 
 // Self is roce-emu as the peer under test: one transport.Endpoint on an
@@ -54,6 +59,7 @@ type Self struct {
 	mtu    qp.MTU
 	strict bool
 	reads  uint16 // the out_reads perftest announces
+	ackTO  uint8  // the perftest peers' ACK timeout code (0: 14)
 
 	mu   sync.Mutex
 	rng  *rand.Rand
@@ -87,7 +93,7 @@ func NewSelf(opts SelfOptions) (*Self, error) {
 		opts.AnnouncedOutReads = 16
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	return &Self{reads: opts.AnnouncedOutReads, net: n, ep: transport.NewEndpoint(pc, transport.Options{}), prober: prober, mtu: opts.MTU, strict: !opts.RxeRetryCount,
+	return &Self{reads: opts.AnnouncedOutReads, ackTO: opts.ACKTimeout, net: n, ep: transport.NewEndpoint(pc, transport.Options{}), prober: prober, mtu: opts.MTU, strict: !opts.RxeRetryCount,
 		rng: rand.New(rand.NewPCG(opts.Seed, 0x636f6e66)), ctx: ctx, stop: stop}, nil
 }
 
@@ -252,7 +258,7 @@ func (s *Self) perftest(ctx context.Context, conn net.Conn, p Peer) error {
 	}
 	r := rems[0]
 	if err := q.Connect(transport.Remote{Addr: netip.AddrPortFrom(r.GID, bth.UDPPort), QPN: r.QPN, PSN: r.PSN}, local.PSN,
-		transport.ConnectAttr{PathMTU: mtu, Access: access}); err != nil {
+		transport.ConnectAttr{PathMTU: mtu, Access: access, Timeout: s.ackTO}); err != nil {
 		return err
 	}
 	for _, what := range []string{"after connecting", "addresses printed"} {
