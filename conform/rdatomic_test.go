@@ -61,7 +61,7 @@ func TestImpliedNAKShortTimerFails(t *testing.T) {
 		rep := runSelf(t, SelfOptions{Seed: 9, WrapConn: wrap, ACKTimeout: 8}, casesNamed(t, "implied-nak-read-response", "implied-nak-ack"))
 		for _, r := range rep.Cases {
 			t.Logf("%s: %s %v %s", r.Name, r.Verdict, r.Frames, r.Detail)
-			if r.Verdict != Fail || !strings.Contains(r.Detail, "ACK timer the peer showed): its ACK timer, not the implied NAK") {
+			if r.Verdict != Fail || !strings.Contains(r.Detail, "more than half the peer's ACK timer, which resent it again") {
 				t.Errorf("a requester without the implied NAK, ACK timeout code 8: %s is %s (%s), want fail", r.Name, r.Verdict, r.Detail)
 			}
 		}
