@@ -858,3 +858,47 @@ func TestICRCIPv4WordsMatchReference(t *testing.T) {
 		require.Equal(t, refICRC(ip, udp, pkt), got, "case %d", i)
 	}
 }
+
+// AppendHeadersICRC gives the headers and the ICRC of what Append builds,
+// for payloads of every pad length, IPv4 and IPv6, with and without
+// extended headers; it refuses what Append refuses, b unchanged.
+func TestAppendHeadersICRC(t *testing.T) {
+	encs := []Encap{
+		{Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr("192.0.2.2"), SrcPort: 0xC001, DstPort: UDPPort, TrafficClass: 0x02, HopLimit: 64},
+		{Src: netip.MustParseAddr("2001:db8::1"), Dst: netip.MustParseAddr("2001:db8::2"), SrcPort: 0xD00D, DstPort: UDPPort, FlowLabel: 0x12345},
+	}
+	payload := make([]byte, 1027)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	for _, e := range encs {
+		for _, op := range []Opcode{RCWriteFirst, RCWriteMiddle, RCSendLastImm, RCSendOnly, UDSendOnly} {
+			for _, n := range []int{0, 1, 2, 3, 4, 1024, 1027} {
+				p := Packet{BTH: BTH{Opcode: op, DestQP: 0x12, PSN: 0x345}, Payload: payload[:n],
+					RETH: RETH{VA: 0x1000, RKey: 7, DMALength: 4096}, ImmDt: 0xAABBCCDD, DETH: DETH{QKey: 0x11111111, SrcQP: 0x22}}
+				whole, err := p.Append([]byte{0xEE}, &e)
+				require.NoError(t, err)
+				hdr, crc, err := p.AppendHeadersICRC([]byte{0xEE}, &e)
+				require.NoError(t, err)
+				require.Equal(t, whole[:len(hdr)], hdr, "%v %d", op, n)
+				assert.Equal(t, binary.LittleEndian.Uint32(whole[len(whole)-ICRCLen:]), crc, "%v payload %d, %v", op, n, e.Src)
+				assert.Equal(t, len(whole), len(hdr)+n+PadLen(n)+ICRCLen)
+			}
+		}
+	}
+	buf := make([]byte, 0, 64)
+	wp := Packet{BTH: BTH{Opcode: RCWriteMiddle}, Payload: payload}
+	assert.Zero(t, testing.AllocsPerRun(100, func() {
+		if _, _, err := wp.AppendHeadersICRC(buf, &encs[0]); err != nil {
+			t.Fatal(err)
+		}
+	}))
+	p := Packet{BTH: BTH{Opcode: RCAcknowledge}, Payload: []byte{1}}
+	b, _, err := p.AppendHeadersICRC([]byte{9}, &encs[0])
+	assert.Error(t, err, "an ACK carries no payload")
+	assert.Equal(t, []byte{9}, b)
+	p = Packet{BTH: BTH{Opcode: RCSendOnly}}
+	b, _, err = p.AppendHeadersICRC([]byte{9}, &Encap{})
+	assert.ErrorIs(t, err, ErrBadIPHeader)
+	assert.Equal(t, []byte{9}, b)
+}

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -32,7 +33,8 @@ type netFlags struct {
 	faults  multiFlag
 	seed    uint64
 	icrc    bool
-	csum    bool
+	// csum: --udp-checksum, given or not (udpChecksum decides).
+	csum optBool
 	// busyPoll: transport.Options.BusyPoll of DefaultBusyPoll; noGSO,
 	// noGRO: the UDP offloads off (transport.UDPOptions).
 	busyPoll     bool
@@ -68,10 +70,10 @@ func (n *netFlags) register(fs *flag.FlagSet, defaultBind string) {
 	fs.Float64Var(&n.loss, "loss", 0, "drop each packet, in both directions, with `probability` P (0-1)")
 	fs.Var(&n.faults, "fault", "inject a fault, as ACTION[:KEY=VALUE,...] (repeatable); e.g. drop:dir=out,opcode=RC_RDMA_WRITE_MIDDLE,nth=2 (see README)")
 	fs.Uint64Var(&n.seed, "seed", 1, "random `seed` for --loss and probabilistic faults")
-	fs.BoolVar(&n.csum, "udp-checksum", false, "send a computed UDP checksum instead of 0 (rxe sends 0, over IPv4 and IPv6; roce-emu accepts both)")
+	fs.Var(&n.csum, "udp-checksum", "send a computed UDP checksum instead of 0 (rxe sends 0, over IPv4 and IPv6; roce-emu accepts both). Default: computed when --bind is a loopback address, where the kernel neither computes nor checks it and UDP segmentation offload (GSO) needs it; 0 otherwise; --udp-checksum=false sends 0 everywhere")
 	fs.BoolVar(&n.icrc, "verify-icrc", false, "check the ICRC of received IPv4 packets assuming the sender's IP ID is 0 (true of roce-emu peers, not of rxe); IPv6 packets are always checked")
 	fs.BoolVar(&n.busyPoll, "busy-poll", false, "spin instead of sleeping where completions and packets are awaited (up to 50 us each time, then sleep): lower latency, a busy CPU")
-	fs.BoolVar(&n.noGSO, "no-gso", false, "send each datagram on its own, without UDP segmentation offload (GSO is used only with --udp-checksum)")
+	fs.BoolVar(&n.noGSO, "no-gso", false, "send each datagram on its own, without UDP segmentation offload (GSO is used only where the UDP checksum is computed: see --udp-checksum)")
 	fs.BoolVar(&n.noGRO, "no-gro", false, "receive without UDP generic receive offload (GRO)")
 	fs.BoolVar(&n.strictSource, "strict-source", true, "take a QP's packets from the UDP source port of the peer's first packet only, counting and dropping the rest (--strict-source=false: any port of the peer's address, as rxe)")
 }
@@ -176,8 +178,44 @@ func (n *netFlags) openEndpoint() (*transport.Endpoint, func(), error) {
 
 // udpOptions are the UDP Conn's options the flags ask for.
 func (n *netFlags) udpOptions() transport.UDPOptions {
-	return transport.UDPOptions{ComputeUDPChecksum: n.csum, NoGSO: n.noGSO, NoGRO: n.noGRO}
+	return transport.UDPOptions{ComputeUDPChecksum: n.udpChecksum(), NoGSO: n.noGSO, NoGRO: n.noGRO}
 }
+
+// udpChecksum says whether the UDP checksum is computed: as
+// --udp-checksum says when given; else when --bind is a loopback address.
+// A RoCEv2 peer on a real link gets checksum 0 by default, as rxe and
+// ConnectX send it (docs/sockets.md). Over loopback the kernel computes no
+// checksum either way (the device takes the send as checksummed), but it
+// refuses UDP segmentation offload (GSO) on a socket that sends 0, and
+// GSO moves several times the bytes per CPU second (docs/datapath.md).
+func (n *netFlags) udpChecksum() bool {
+	if n.csum.set {
+		return n.csum.v
+	}
+	a, err := netip.ParseAddr(n.bind)
+	return err == nil && a.Unmap().IsLoopback()
+}
+
+// optBool is a boolean flag that records whether it was given.
+type optBool struct{ v, set bool }
+
+func (b *optBool) String() string {
+	if b == nil {
+		return "false"
+	}
+	return strconv.FormatBool(b.v)
+}
+
+func (b *optBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	b.v, b.set = v, true
+	return nil
+}
+
+func (b *optBool) IsBoolFlag() bool { return true }
 
 // endpointOptions are the Endpoint's options the flags ask for.
 func (n *netFlags) endpointOptions() transport.Options {

@@ -2,6 +2,11 @@ package main
 
 import (
 	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,4 +36,91 @@ func TestDatapathFlags(t *testing.T) {
 		assert.Equal(t, c.noGSO, o.NoGSO, "%v", c.args)
 		assert.Equal(t, c.noGRO, o.NoGRO, "%v", c.args)
 	}
+}
+
+// The UDP checksum is computed by default on a loopback --bind (IPv4 and
+// IPv6), where GSO needs it, and not elsewhere; --udp-checksum given
+// decides either way.
+func TestUDPChecksumDefault(t *testing.T) {
+	for _, c := range []struct {
+		bind string
+		args []string
+		want bool
+	}{
+		{"127.0.0.1", nil, true},
+		{"127.0.0.2", nil, true},
+		{"::1", nil, true},
+		{"::ffff:127.0.0.1", nil, true},
+		{"192.0.2.1", nil, false},
+		{"2001:db8::1", nil, false},
+		{"fe80::1%lo", nil, false},
+		{"127.0.0.1", []string{"--udp-checksum=false"}, false},
+		{"192.0.2.1", []string{"--udp-checksum"}, true},
+		{"2001:db8::1", []string{"--udp-checksum=true"}, true},
+	} {
+		var n netFlags
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		n.register(fs, c.bind)
+		require.NoError(t, fs.Parse(c.args))
+		assert.Equal(t, c.want, n.udpOptions().ComputeUDPChecksum, "--bind %s %v", c.bind, c.args)
+	}
+	var n netFlags
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.SetOutput(new(strings.Builder))
+	n.register(fs, "127.0.0.1")
+	assert.Error(t, fs.Parse([]string{"--udp-checksum=maybe"}))
+}
+
+// bw and lat set GOMAXPROCS to 1 unless told: --gomaxprocs wins, a
+// GOMAXPROCS environment variable is kept without it; out of range is a
+// usage error.
+func TestPerfGOMAXPROCS(t *testing.T) {
+	assert.Equal(t, 1, perfGOMAXPROCS(false, perfProcs, ""))
+	assert.Equal(t, 0, perfGOMAXPROCS(false, perfProcs, "4"), "the environment's is kept")
+	assert.Equal(t, 2, perfGOMAXPROCS(true, 2, "4"), "the flag wins")
+	assert.Equal(t, 0, perfGOMAXPROCS(true, 0, ""), "0: Go's default")
+	for _, args := range [][]string{{"bw", "--gomaxprocs", "-1"}, {"lat", "--gomaxprocs", "1025"}} {
+		var o, e strings.Builder
+		assert.Equal(t, 2, run(args, &o, &e), "%v", args)
+		assert.Contains(t, e.String(), "--gomaxprocs")
+	}
+}
+
+// --cpuprofile writes a CPU profile of the run (pprof's gzip-compressed
+// protocol buffer) on one side; a file that cannot be created fails the
+// run before it starts.
+func TestPerfCPUProfile(t *testing.T) {
+	prof := filepath.Join(t.TempDir(), "client.prof")
+	tcp, udp := freeTCPPort(t), freeUDPPort(t)
+	common := []string{"bw", "--udp-port", udp, "-p", tcp, "--timeout", "30s", "-s", "4096", "-n", "100"}
+	var wg sync.WaitGroup
+	var sout, serr strings.Builder
+	var scode int
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		scode = run(append(slices.Clone(common), "--bind", "127.0.0.2"), &sout, &serr)
+	}()
+	var cout, cerr strings.Builder
+	var ccode int
+	for range listenTries {
+		cout.Reset()
+		cerr.Reset()
+		ccode = run(append(slices.Clone(common), "--bind", "127.0.0.1", "--cpuprofile", prof, "127.0.0.2"), &cout, &cerr)
+		if ccode == 0 || !strings.Contains(cerr.String(), "cannot reach") {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	wg.Wait()
+	require.Equal(t, 0, ccode, "client: %s", cerr.String())
+	require.Equal(t, 0, scode, "server: %s", serr.String())
+	b, err := os.ReadFile(prof)
+	require.NoError(t, err)
+	require.Greater(t, len(b), 2)
+	assert.Equal(t, []byte{0x1f, 0x8b}, b[:2], "a gzip stream, as pprof writes")
+
+	var o, e strings.Builder
+	assert.Equal(t, 1, run([]string{"bw", "--cpuprofile", filepath.Join(t.TempDir(), "no", "such", "dir", "x.prof")}, &o, &e))
+	assert.Contains(t, e.String(), "--cpuprofile")
 }

@@ -48,7 +48,10 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "run 'roce-emu help COMMAND' or 'roce-emu COMMAND -h' for a command's flags")
 }
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	ownProcess = true
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {

@@ -9,6 +9,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,6 +49,8 @@ type perfFlags struct {
 	timeout    time.Duration
 	perftest   bool
 	maxCycle   int      // the largest cycle buffer a peer may announce
+	cpuProfile string   // --cpuprofile: a CPU profile of the run (pprof)
+	procs      int      // --gomaxprocs
 	noEffect   []string // perftest flags given that change nothing here, with why
 }
 
@@ -141,6 +145,8 @@ func (f *perfFlags) register(fs *flag.FlagSet, kind string) {
 	fs.StringVar(&f.jsonFile, "out_json_file", "perftest_out.json", "the `file` --out_json writes (perftest's default name)")
 	fs.DurationVar(&f.timeout, "timeout", 0, "give up when the run, the wait for a client included, takes longer than this (0: never; perftest waits for ever)")
 	fs.IntVar(&f.maxCycle, "max-cycle-buffer", oob.DefaultCycleBufferLimit, "the largest cycle buffer in `bytes` the peer may ask for (perftest sends its page size; each QP's advertised region is at least this large); up to 1073741824")
+	fs.IntVar(&f.procs, "gomaxprocs", perfProcs, "Go processors (GOMAXPROCS) the run uses; 0: Go's default (the GOMAXPROCS environment variable, else one per CPU). The default 1 hands each packet, ACK and completion between the run's goroutines on one thread instead of waking another (see docs/datapath.md); without this flag a GOMAXPROCS environment variable is kept")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "debugging: write a CPU profile of the run to `file` (go tool pprof reads it)")
 	fs.BoolVar(&f.perftest, "perftest", true, "accepted for compatibility: bw and lat always speak perftest 6.06's out-of-band protocol")
 	for _, ne := range perftestNoEffect {
 		fs.Var(&noEffectFlag{f: f, name: ne.name, isBool: ne.isBool, why: ne.reasons}, ne.name, ne.usage+" (accepted, no effect)")
@@ -203,6 +209,8 @@ func (f *perfFlags) check(kind string, sizeSet bool) (qp.WROpcode, qp.MTU, error
 		return 0, 0, fmt.Errorf("-p %d: TCP port must be 1-65535", f.port)
 	case f.maxCycle < oob.DefaultCycleBuffer || f.maxCycle > oob.MaxCycleBuffer:
 		return 0, 0, fmt.Errorf("--max-cycle-buffer %d: must be %d (a page) to %d bytes", f.maxCycle, oob.DefaultCycleBuffer, oob.MaxCycleBuffer)
+	case f.procs < 0 || f.procs > 1024:
+		return 0, 0, fmt.Errorf("--gomaxprocs %d: must be 0 (Go's default) to 1024", f.procs)
 	case f.qpTimeout < 0 || f.qpTimeout > 31:
 		return 0, 0, fmt.Errorf("-u %d: QP timeout must be 0 to 31", f.qpTimeout)
 	case f.duration < 0 || f.duration > 24*3600:
@@ -308,6 +316,19 @@ func runPerf(kind string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "roce-emu %s: %s\n", kind, l)
 	}
 	f.progress = isTerminal(stdout) && isTerminal(stderr)
+	procsSet := false
+	fs.Visit(func(fl *flag.Flag) { procsSet = procsSet || fl.Name == "gomaxprocs" })
+	if n := perfGOMAXPROCS(procsSet, f.procs, os.Getenv("GOMAXPROCS")); n > 0 && ownProcess {
+		runtime.GOMAXPROCS(n)
+	}
+	if f.cpuProfile != "" {
+		stop, err := startCPUProfile(f.cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "roce-emu %s: --cpuprofile: %v\n", kind, err)
+			return 1
+		}
+		defer stop()
+	}
 	if err := perftestRun(kind, host, op, mtu, &f, f.js.text(stdout, stderr)); err != nil {
 		fmt.Fprintf(stderr, "roce-emu %s: %v\n", kind, err)
 		var intr *interruptedError
@@ -317,6 +338,51 @@ func runPerf(kind string, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// perfProcs is --gomaxprocs's default. A bw or lat run moves each packet
+// through a few goroutines (the Endpoint's read loop, the goroutine
+// waiting on the CQ, the sender) that hand work to each other; with more
+// than one Go processor, each hand-off wakes another thread (a futex),
+// and idle processors spin looking for work, on cores that the peer's
+// process needs too when both run on one host. With one, the goroutine
+// made runnable runs next on the same thread. perftest itself is one
+// thread. docs/datapath.md has the figures.
+const perfProcs = 1
+
+// perfGOMAXPROCS is the GOMAXPROCS a run sets, 0 for none: --gomaxprocs
+// when given (0 leaves Go's default), else none when the GOMAXPROCS
+// environment variable is set (env), else perfProcs.
+func perfGOMAXPROCS(flagSet bool, flagVal int, env string) int {
+	switch {
+	case flagSet:
+		return flagVal
+	case env != "":
+		return 0
+	}
+	return perfProcs
+}
+
+// ownProcess is set by main: the command runs as its own process, and
+// may set process-wide state such as GOMAXPROCS. Tests that call run in
+// their own process leave it false.
+var ownProcess bool
+
+// startCPUProfile starts a CPU profile (runtime/pprof) written to name;
+// stop ends it and closes the file.
+func startCPUProfile(name string) (stop func(), err error) {
+	fh, err := os.Create(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(fh); err != nil {
+		fh.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		fh.Close()
+	}, nil
 }
 
 const perfRule = "---------------------------------------------------------------------------------------"

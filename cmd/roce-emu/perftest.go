@@ -76,6 +76,21 @@ func perftestOffset(k, size, cycle, cacheLine int) int {
 	return k % (cycle / inc) * inc
 }
 
+// perftestSources is how many distinct local buffers perftest's WRITEs
+// and SENDs of size bytes come from (increase_loc_addr, as
+// perftestOffset for the peer's side): the steps of INC that fit one
+// cycle buffer when the size is at most half of it, else one, so that
+// every 64 KiB WRITE of ib_write_bw leaves from the same 64 KiB. Sending
+// from tx-depth buffers instead (128 of 64 KiB: 8 MiB) would have each
+// message's payload read from beyond the processor's L2 cache, which
+// measurably slows a run on loopback (docs/datapath.md).
+func perftestSources(size, cycle, cacheLine int) int {
+	if size > cycle/2 {
+		return 1
+	}
+	return max(1, cycle/perftestInc(size, cacheLine))
+}
+
 // perftestGID prints a GID as perftest does ("%02d:" per byte).
 func perftestGID(a netip.Addr) string {
 	var g [16]byte
@@ -804,6 +819,11 @@ func newPerftestTraffic(ctx context.Context, ep *transport.Endpoint, kind string
 	}
 	advLen := perftestInc(max(size, sys.CycleBuffer), sys.CacheLine)
 	txSlots := min(depth, max(1, perftestSlotBytes/size))
+	if op == qp.IBV_WR_SEND || op == qp.IBV_WR_RDMA_WRITE {
+		// Sources only, never written during the run: as many as
+		// perftest's sends use (perftestSources).
+		txSlots = min(txSlots, perftestSources(size, sys.CycleBuffer, sys.CacheLine))
+	}
 	rxDepth := 0 // receives: both sides of ib_send_lat, ib_send_bw's server
 	if op == qp.IBV_WR_SEND && (kind == "lat" || !client) {
 		rxDepth = min(rxDepthFlag, iters)

@@ -36,6 +36,12 @@ func TestPerftestHelpers(t *testing.T) {
 	assert.Equal(t, 2048, perftestOffset(1, 2048, 4096, 64), "half the cycle buffer still walks")
 	assert.Equal(t, 0, perftestOffset(5, 2049, 4096, 64), "more than half: always the start")
 	assert.Equal(t, 0, perftestOffset(7, 65536, 4096, 64))
+	// The local sources of WRITEs and SENDs walk the same steps.
+	assert.Equal(t, 64, perftestSources(64, 4096, 64))
+	assert.Equal(t, 2, perftestSources(2048, 4096, 64))
+	assert.Equal(t, 1, perftestSources(2049, 4096, 64))
+	assert.Equal(t, 1, perftestSources(65536, 4096, 64), "ib_write_bw -s 65536 sends every WRITE from one buffer")
+	assert.Equal(t, 16, perftestSources(4000, 65536, 64))
 
 	assert.Equal(t, "00:00:00:00:00:00:00:00:00:00:255:255:192:00:02:02", perftestGID(netip.MustParseAddr("192.0.2.2")))
 
