@@ -391,6 +391,7 @@ func (ep *Endpoint) receiveLocked(now time.Time, d *Datagram) {
 		}
 	}
 	ri := qp.RecvInfo{Src: d.Src, Dst: d.Dst, TOS: d.TOS, HopLimit: d.TTL}
+	q.lastRx = now
 	q.q.HandleReceived(now, p, &ri)
 	ep.touchLocked(q)
 }
@@ -817,6 +818,8 @@ type QP struct {
 	peerPort   uint16
 	peerPinned bool
 	portWarned bool
+	// lastRx is when the QP was last handed a packet (LastReceived).
+	lastRx time.Time
 	// The Endpoint's schedule (schedule.go): heapIdx is the QP's index in
 	// the deadline heap (-1: not there) and due its deadline there;
 	// active: in the active queue; dirty: its deadline is to be
@@ -876,6 +879,17 @@ func (w *QP) Counters() qp.Counters {
 	w.ep.mu.Lock()
 	defer w.ep.mu.Unlock()
 	return w.q.Counters
+}
+
+// LastReceived returns when, by the Endpoint's clock, the QP was last
+// handed a packet from its peer (one that passed the Endpoint's checks:
+// ICRC, source address and port; the QP may still drop it, as a duplicate
+// say), or the zero time when none has come. It tells whether the peer
+// is still heard from without polling counters for a change.
+func (w *QP) LastReceived() time.Time {
+	w.ep.mu.Lock()
+	defer w.ep.mu.Unlock()
+	return w.lastRx
 }
 
 // Err returns why the QP is in IBV_QPS_ERR (a *qp.QPError; see

@@ -273,25 +273,18 @@ func watchPeerSilence(ctx context.Context, w io.Writer, kind string, timeout tim
 		return ctx, func() { cancel(context.Canceled) }
 	}
 	every := max(time.Millisecond, min(time.Second, timeout/10))
-	var last uint64
-	quietSince := time.Now()
+	start := time.Now()
 	stop := poll(ctx, every, func(<-chan struct{}) bool {
-		var received, timeouts, resent uint64
+		if time.Since(lastHeard(start, qps...)) < timeout {
+			return true
+		}
+		var timeouts, resent uint64
 		outstanding := 0
 		for _, q := range qps {
 			c := q.Counters()
-			received += c.ReceivedPackets
 			timeouts += c.LocalAckTimeoutErr
 			resent += c.RetransmittedPkts
 			outstanding += q.SendQueued()
-		}
-		now := time.Now()
-		if received != last {
-			last, quietSince = received, now
-			return true
-		}
-		if now.Sub(quietSince) < timeout {
-			return true
 		}
 		av := qps[0].Attr().AV
 		port := av.Remote.Port()
@@ -319,6 +312,18 @@ func saidAbove(ctx context.Context, err error) error {
 		return errPeerSilent
 	}
 	return err
+}
+
+// lastHeard is when the peer was last heard from by any of qps (the last
+// packet handed to one of them, transport.QP.LastReceived), or since when
+// it was not later than that.
+func lastHeard(since time.Time, qps ...*transport.QP) time.Time {
+	for _, q := range qps {
+		if t := q.LastReceived(); t.After(since) {
+			since = t
+		}
+	}
+	return since
 }
 
 // mismatchRNRs is how many RNR NAKs, making at least half of all the

@@ -107,28 +107,19 @@ func (b *stepBound) step(parent context.Context) (context.Context, context.Cance
 		return context.WithCancel(parent)
 	}
 	ctx, cancel := context.WithCancelCause(parent)
-	received := func() uint64 {
-		var n uint64
-		for _, q := range b.qps {
-			n += q.Counters().ReceivedPackets
-		}
-		return n
-	}
 	tick := max(b.timeout/8, time.Millisecond)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		t := time.NewTicker(tick)
 		defer t.Stop()
-		last, since := received(), time.Now()
+		start := time.Now()
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case now := <-t.C:
-				if n := received(); n != last {
-					last, since = n, now
-				} else if now.Sub(since) >= b.timeout {
+			case <-t.C:
+				if time.Since(lastHeard(start, b.qps...)) >= b.timeout {
 					cancel(&exchangeStallError{peer: b.peer, timeout: b.timeout, after: " (nor any RoCE packet from it)"})
 					return
 				}
