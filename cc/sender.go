@@ -114,19 +114,51 @@ func (s *Sender) SendTrain(base time.Time, next, after, until, gap time.Duration
 	if init {
 		last = p.last.Sub(base)
 	}
-	rate := float64(p.rate)
+	rate, burst := float64(p.rate), p.burst
+	need := math.Min(float64(n), burst)
 	pending, lastSent, count := 0, time.Duration(0), 0
 	acted := false
+	var earned [8]struct {
+		d     time.Duration // 0: empty (d is positive)
+		bytes float64
+	}
 	for next < until && count < most {
+		// Pacer.available and Pacer.wait, written out: the same
+		// operations in the same order, so the same bits. For d under a
+		// second d.Seconds() is float64(d)/1e9 exactly; x/8 and x*0.125
+		// are the same rounding of the same quotient; math.Min of two
+		// numbers that are not NaN, infinite or both zero is the smaller.
 		have := tokens
 		if init {
 			if d := next - last; d > 0 {
-				have = math.Min(p.burst, tokens+d.Seconds()*rate/8)
+				// The tokens d earns, from a small table: a backlogged
+				// sender's attempts come at few distinct distances from
+				// its last send (the line's gap, and that and the
+				// pacer's short waits).
+				slot := &earned[d&7]
+				if slot.d != d {
+					var sec float64
+					if d < time.Second {
+						sec = float64(d) / 1e9
+					} else {
+						sec = d.Seconds()
+					}
+					slot.d, slot.bytes = d, sec*rate*0.125
+				}
+				if x := tokens + slot.bytes; x < burst {
+					have = x
+				} else {
+					have = burst
+				}
 			}
 		}
-		if w := p.wait(have, n); w > 0 {
+		if have < need {
+			w := time.Duration(math.MaxInt64) // a rate of 0 waits forever
+			if rate > 0 {
+				w = time.Duration(math.Ceil((need - have) * 8 / rate * 1e9))
+			}
 			after = next
-			next += min(w, math.MaxInt64-next) // a rate of 0 waits forever
+			next += min(w, math.MaxInt64-next)
 			continue
 		}
 		if !init {
