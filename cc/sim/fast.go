@@ -3,6 +3,8 @@ package sim
 import (
 	"math"
 	"time"
+
+	"github.com/roce-emu/roce-emu/cc"
 )
 
 // The fast path: senders run ahead on their own, drops are counted in
@@ -49,11 +51,8 @@ import (
 // memory of its packets in flight.
 const maxTrain = 4096
 
-// inFlight is a packet on its way to the port: it arrives at at, was sent
-// at born, and its send was scheduled at parent.
-type inFlight struct {
-	at, born, parent time.Duration
-}
+// A packet on its way to the port is the cc.TrainSend that sent it: sent
+// at At (it arrives txDelay later), its send scheduled at After.
 
 // precedes reports whether something at (at, born) comes before an event
 // at (eAt, eBorn).
@@ -75,7 +74,7 @@ func (s *state) step(fi int, f *flow) {
 		}
 		s.armTimer(fi, f)
 	}
-	f.arr = append(f.arr, inFlight{at: now + s.txDelay, born: now, parent: f.attBorn})
+	f.arr = append(f.arr, cc.TrainSend{At: now, After: f.attBorn})
 	f.att, f.attBorn = now+s.txTime, now
 	s.clock = saved
 }
@@ -92,22 +91,20 @@ func (s *state) runAhead(fi int, f *flow, until time.Duration, most int) {
 	for f.att < until && most > 0 {
 		if f.snd == nil { // no congestion control: a packet every txTime
 			for ; f.att < until && most > 0; most-- {
-				f.arr = append(f.arr, inFlight{at: f.att + s.txDelay, born: f.att, parent: f.attBorn})
+				f.arr = append(f.arr, cc.TrainSend{At: f.att, After: f.attBorn})
 				f.att, f.attBorn = f.att+s.txTime, f.att
 			}
 			return
 		}
 		var acted bool
-		f.att, f.attBorn, acted, s.sends = f.snd.SendTrain(s.epoch, f.att, f.attBorn, until, s.txTime, s.pkt, most, s.sends[:0])
-		for _, x := range s.sends {
-			f.arr = append(f.arr, inFlight{at: x.At + s.txDelay, born: x.At, parent: x.After})
-		}
-		most -= len(s.sends)
+		n := len(f.arr)
+		f.att, f.attBorn, acted, f.arr = f.snd.SendTrain(s.epoch, f.att, f.attBorn, until, s.txTime, s.pkt, most, f.arr)
+		most -= len(f.arr) - n
 		if acted {
 			// The byte counter acted: the reaction point's deadline may
 			// have moved, as armTimer after each send finds.
 			saved := s.clock
-			s.clock = s.sends[len(s.sends)-1].At
+			s.clock = f.arr[len(f.arr)-1].At
 			s.armTimer(fi, f)
 			s.clock = saved
 		}
@@ -146,7 +143,7 @@ func (s *state) horizon(f *flow, eAt time.Duration) time.Duration {
 // head returns flow fi's next packet in flight, running ahead as far as
 // the horizon allows; nil when it has none, the flow's next attempt being
 // at or past the horizon.
-func (s *state) head(fi int, f *flow, eAt time.Duration) *inFlight {
+func (s *state) head(fi int, f *flow, eAt time.Duration) *cc.TrainSend {
 	if f.arrHead == len(f.arr) {
 		if h := s.horizon(f, eAt); f.att < h {
 			s.runAhead(fi, f, h, maxTrain)
@@ -159,13 +156,37 @@ func (s *state) head(fi int, f *flow, eAt time.Duration) *inFlight {
 }
 
 // rekey records flow fi's key: its next packet's arrival, or, with none
-// in flight, the earliest its next attempt's packet could arrive.
+// in flight, the earliest its next attempt's packet could arrive. Keys
+// never go down: a flow's packets arrive in order, and its attempts only
+// move on.
 func (s *state) rekey(fi int, f *flow) {
+	k := f.att + s.txDelay
 	if f.arrHead < len(f.arr) {
-		s.keys[fi] = f.arr[f.arrHead].at
-	} else {
-		s.keys[fi] = f.att + s.txDelay
+		k = f.arr[f.arrHead].At + s.txDelay
 	}
+	if old := s.keys[fi]; k != old && (old == s.minKey || k < s.minKey) {
+		s.minValid = false
+	}
+	s.keys[fi] = k
+}
+
+// least finds the least key and the flows that have it, unless known: it
+// stays known until one of those flows' keys moves (rekey).
+func (s *state) least() {
+	if s.minValid {
+		return
+	}
+	k := time.Duration(math.MaxInt64)
+	for _, x := range s.keys {
+		k = min(k, x)
+	}
+	s.cands = s.cands[:0]
+	for fi, x := range s.keys {
+		if x == k {
+			s.cands = append(s.cands, fi)
+		}
+	}
+	s.minKey, s.minValid = k, true
 }
 
 // fastArrivals hands the port the arrivals that come before the next
@@ -188,49 +209,47 @@ func (s *state) fastArrivals() bool {
 	for {
 		// The least key: the earliest arrival, or the earliest one that
 		// a flow not yet run far enough could make.
-		k := time.Duration(math.MaxInt64)
-		for _, x := range s.keys {
-			k = min(k, x)
-		}
+		s.least()
+		k := s.minKey
 		if k > at {
 			return false
 		}
-		var best *inFlight
+		var best *cc.TrainSend
 		bi, grew := -1, false
-		for fi, x := range s.keys {
-			if x != k {
-				continue
-			}
+		for _, fi := range s.cands {
 			f := s.flows[fi]
 			if f.arrHead == len(f.arr) {
 				// Nothing in flight: nothing happens before k, so the
 				// flow may run ahead from k on (see horizon).
 				s.clock = max(s.clock, k-s.txDelay)
 				s.head(fi, f, at)
-				s.rekey(fi, f)
 				grew = true
 				continue
 			}
-			if a := &f.arr[f.arrHead]; best == nil || a.born < best.born || a.born == best.born && a.parent < best.parent {
+			// All arrive at k: by when they were sent, then when their
+			// sends were scheduled, then by flow.
+			if a := &f.arr[f.arrHead]; best == nil || a.At < best.At || a.At == best.At && a.After < best.After {
 				best, bi = a, fi
 			}
 		}
 		if grew {
+			for _, fi := range s.cands {
+				s.rekey(fi, s.flows[fi])
+			}
 			continue
 		}
-		if !precedes(best.at, best.born, at, born) {
+		if !precedes(k, best.At, at, born) {
 			return false
 		}
-		a := *best
 		f := s.flows[bi]
 		f.arrHead++
 		s.rekey(bi, f)
-		s.clock = a.at
-		departAt, queued, ce := s.q.Arrive(s.epoch.Add(a.at), s.pkt, s.cfg.DCQCN)
+		s.clock = k
+		departAt, queued, ce := s.q.Arrive(s.epoch.Add(k), s.pkt, s.cfg.DCQCN)
 		id := s.arrivals
 		s.arrivals++
 		if s.trace != nil {
-			s.trace(arrival{ID: id, T: a.at, Flow: bi, Size: s.pkt, Queued: queued, CE: ce, Depart: departAt.Sub(s.epoch)})
+			s.trace(arrival{ID: id, T: k, Flow: bi, Size: s.pkt, Queued: queued, CE: ce, Depart: departAt.Sub(s.epoch)})
 		}
 		if queued {
 			s.push(event{at: departAt.Sub(s.epoch), kind: evDepart, flow: int32(bi), size: int32(s.pkt), ce: ce, gen: id})
@@ -253,14 +272,14 @@ func (s *state) dropBefore(at, born time.Duration) {
 		for {
 			for f.arrHead < len(f.arr) {
 				a := &f.arr[f.arrHead]
-				if !precedes(a.at, a.born, at, born) {
+				if !precedes(a.At+s.txDelay, a.At, at, born) {
 					break
 				}
 				f.arrHead++
 				s.q.Dropped++
 				s.arrivals++
 				if s.trace != nil {
-					s.trace(arrival{ID: s.arrivals - 1, T: a.at, Flow: fi, Size: s.pkt})
+					s.trace(arrival{ID: s.arrivals - 1, T: a.At + s.txDelay, Flow: fi, Size: s.pkt})
 				}
 			}
 			if f.arrHead < len(f.arr) || s.head(fi, f, at) == nil {

@@ -255,7 +255,7 @@ type flow struct {
 	// scheduled (the previous attempt), and the packets sent that have
 	// not reached the port yet (arr[arrHead:]).
 	att, attBorn time.Duration
-	arr          []inFlight
+	arr          []cc.TrainSend
 	arrHead      int
 	// The CNPs scheduled for the flow that have not come yet
 	// (cnpDue[cnpHead:]), in time order.
@@ -553,9 +553,11 @@ type state struct {
 	// arrival at the port).
 	pkt             int
 	txTime, txDelay time.Duration
-	nextSample      time.Duration // the pending sample's time
-	sends           []cc.TrainSend
+	nextSample      time.Duration   // the pending sample's time
 	keys            []time.Duration // the fast path's flow keys (rekey)
+	minKey          time.Duration   // the least key and the flows that have it (least), if minValid
+	cands           []int
+	minValid        bool
 	// arrivals counts the packets that reached the port.
 	arrivals uint64
 }
