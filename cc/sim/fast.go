@@ -49,7 +49,7 @@ import (
 
 // maxTrain bounds the packets a flow sends in one run ahead, and so the
 // memory of its packets in flight.
-const maxTrain = 4096
+const maxTrain = 1024
 
 // A packet on its way to the port is the cc.TrainSend that sent it: sent
 // at At (it arrives txDelay later), its send scheduled at After.
@@ -122,17 +122,28 @@ func (s *state) advance(fi int, f *flow, at, born time.Duration) {
 	s.rekey(fi, f)
 }
 
-// horizon is how far flow fi may run ahead when the next event is at
-// eAt and nothing has happened since s.clock: not to its own next CNP or
-// timer, nor the next sample, nor the earliest a CNP not yet scheduled can
-// come: one Delay after a delivery or notification point timer already
-// scheduled (at eAt or later), two after a departure one yet to come
-// makes (an admission after s.clock).
-func (s *state) horizon(f *flow, eAt time.Duration) time.Duration {
+// horizon is how far flow f may run ahead when nothing has happened since
+// s.clock: not to its own next CNP or timer, nor the next sample (which
+// reads its rate), nor the earliest a CNP for it not yet scheduled can
+// come. A CNP goes to the flow whose packet was delivered marked (per QP
+// and per port alike) and comes one Delay after the delivery or the
+// notification point's timer that makes it; a delivery comes one Delay
+// after its packet leaves the port; a packet not yet admitted leaves
+// after every packet in the port and after s.clock.
+func (s *state) horizon(f *flow) time.Duration {
 	d := s.cfg.Delay
-	h := min(eAt+d, s.clock+1+2*d, s.nextSample, s.cfg.Duration+1)
-	if f.cnpHead < len(f.cnpDue) {
-		h = min(h, f.cnpDue[f.cnpHead])
+	h := min(max(s.clock, s.lastDepart)+1+2*d, s.nextSample, s.cfg.Duration+1)
+	if t, ok := f.deliverDue.front(); ok {
+		h = min(h, t+d)
+	}
+	if t, ok := f.departDue.front(); ok {
+		h = min(h, t+2*d)
+	}
+	if f.npArmed {
+		h = min(h, f.npAt+d)
+	}
+	if t, ok := f.cnpDue.front(); ok {
+		h = min(h, t)
 	}
 	if f.timerAt != 0 {
 		h = min(h, f.timerAt)
@@ -143,9 +154,9 @@ func (s *state) horizon(f *flow, eAt time.Duration) time.Duration {
 // head returns flow fi's next packet in flight, running ahead as far as
 // the horizon allows; nil when it has none, the flow's next attempt being
 // at or past the horizon.
-func (s *state) head(fi int, f *flow, eAt time.Duration) *cc.TrainSend {
+func (s *state) head(fi int, f *flow) *cc.TrainSend {
 	if f.arrHead == len(f.arr) {
-		if h := s.horizon(f, eAt); f.att < h {
+		if h := s.horizon(f); f.att < h {
 			s.runAhead(fi, f, h, maxTrain)
 		}
 		if f.arrHead == len(f.arr) {
@@ -222,7 +233,7 @@ func (s *state) fastArrivals() bool {
 				// Nothing in flight: nothing happens before k, so the
 				// flow may run ahead from k on (see horizon).
 				s.clock = max(s.clock, k-s.txDelay)
-				s.head(fi, f, at)
+				s.head(fi, f)
 				grew = true
 				continue
 			}
@@ -252,7 +263,10 @@ func (s *state) fastArrivals() bool {
 			s.trace(arrival{ID: id, T: k, Flow: bi, Size: s.pkt, Queued: queued, CE: ce, Depart: departAt.Sub(s.epoch)})
 		}
 		if queued {
-			s.push(event{at: departAt.Sub(s.epoch), kind: evDepart, flow: int32(bi), size: int32(s.pkt), ce: ce, gen: id})
+			t := departAt.Sub(s.epoch)
+			s.push(event{at: t, kind: evDepart, flow: int32(bi), size: int32(s.pkt), ce: ce, gen: id})
+			f.departDue.push(t)
+			s.lastDepart = max(s.lastDepart, t)
 		}
 		return true
 	}
@@ -282,7 +296,7 @@ func (s *state) dropBefore(at, born time.Duration) {
 					s.trace(arrival{ID: s.arrivals - 1, T: a.At + s.txDelay, Flow: fi, Size: s.pkt})
 				}
 			}
-			if f.arrHead < len(f.arr) || s.head(fi, f, at) == nil {
+			if f.arrHead < len(f.arr) || s.head(fi, f) == nil {
 				break
 			}
 		}

@@ -257,10 +257,40 @@ type flow struct {
 	att, attBorn time.Duration
 	arr          []cc.TrainSend
 	arrHead      int
-	// The CNPs scheduled for the flow that have not come yet
-	// (cnpDue[cnpHead:]), in time order.
-	cnpDue  []time.Duration
-	cnpHead int
+	// What the fast path's horizon looks at, each in time order: the
+	// flow's CNPs scheduled that have not come yet, its packets in the
+	// port (their departures), its packets on the way to the receiver
+	// (their deliveries), and the notification point's timer (npAt, when
+	// npArmed).
+	cnpDue, departDue, deliverDue times
+	npAt                          time.Duration
+}
+
+// times is a first-in-first-out queue of times.
+type times struct {
+	q    []time.Duration
+	head int
+}
+
+func (t *times) push(at time.Duration) {
+	if t.head == len(t.q) {
+		t.q, t.head = t.q[:0], 0
+	}
+	t.q = append(t.q, at)
+}
+
+func (t *times) pop() {
+	if t.head < len(t.q) {
+		t.head++
+	}
+}
+
+// front returns the first time, ok false when there is none.
+func (t *times) front() (time.Duration, bool) {
+	if t.head < len(t.q) {
+		return t.q[t.head], true
+	}
+	return 0, false
 }
 
 // arrival is a packet's arrival at the bottleneck port and the port's
@@ -455,7 +485,14 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 				}
 			}
 			s.push(event{at: now + c.Delay, kind: evDeliver, flow: e.flow, size: e.size, ce: e.ce})
+			if fast {
+				f.departDue.pop()
+				f.deliverDue.push(now + c.Delay)
+			}
 		case evDeliver:
+			if fast {
+				f.deliverDue.pop()
+			}
 			if now >= half {
 				delivered[fi] += int64(int(e.size) - c.Overhead)
 			}
@@ -464,7 +501,7 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 					res.CNPs++
 					s.pushCNP(fi, now+c.Delay)
 				} else if d := f.np.Deadline(); !d.IsZero() && !f.npArmed {
-					f.npArmed = true
+					f.npArmed, f.npAt = true, d.Sub(epoch)
 					s.push(event{at: d.Sub(epoch), kind: evNPTimer, flow: e.flow})
 				}
 			}
@@ -475,7 +512,7 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 				s.pushCNP(fi, now+c.Delay)
 			}
 		case evCNP:
-			f.cnpHead++
+			f.cnpDue.pop()
 			f.snd.OnCNP(abs(now))
 			s.armTimer(fi, f)
 		case evTimer:
@@ -558,6 +595,7 @@ type state struct {
 	minKey          time.Duration   // the least key and the flows that have it (least), if minValid
 	cands           []int
 	minValid        bool
+	lastDepart      time.Duration // the latest departure scheduled
 	// arrivals counts the packets that reached the port.
 	arrivals uint64
 }
@@ -637,11 +675,7 @@ func (s *state) flowAt(i int) *flow {
 
 // pushCNP schedules a CNP for flow i at at.
 func (s *state) pushCNP(i int, at time.Duration) {
-	f := s.flows[i]
-	if f.cnpHead == len(f.cnpDue) {
-		f.cnpDue, f.cnpHead = f.cnpDue[:0], 0
-	}
-	f.cnpDue = append(f.cnpDue, at)
+	s.flows[i].cnpDue.push(at)
 	s.push(event{at: at, kind: evCNP, flow: int32(i)})
 }
 
