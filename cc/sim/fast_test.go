@@ -163,12 +163,23 @@ func TestFastPathDiffersOnlyAtTies(t *testing.T) {
 		profile     string
 		flows, gbps int
 		seed        uint64
+		perQP       bool
 	}{
-		{cc.ProfileMLX5, 32, 100, 1}, {cc.ProfileMLX5, 32, 40, 2}, {cc.ProfilePaper, 32, 100, 1},
-		{cc.ProfileHPCC, 16, 100, 1}, {cc.ProfileMLX5, 16, 100, 2}, {cc.ProfilePaper, 16, 100, 2},
+		{cc.ProfileMLX5, 32, 100, 1, false}, {cc.ProfileMLX5, 32, 40, 2, false}, {cc.ProfilePaper, 32, 100, 1, false},
+		{cc.ProfileHPCC, 16, 100, 1, false}, {cc.ProfileMLX5, 16, 100, 2, false}, {cc.ProfilePaper, 16, 100, 2, false},
+		// The benchmark's incast, its first millisecond, with its 12 MB
+		// buffer.
+		{cc.ProfileMLX5, 256, 100, 1, false}, {cc.ProfileMLX5, 256, 100, 1, true}, {cc.ProfilePaper, 256, 100, 1, false},
 	} {
-		name := fmt.Sprintf("%s/%dG/%d:1/seed%d", tc.profile, tc.gbps, tc.flows, tc.seed)
-		same, at := compareFastPath(t, name, smallConfig(t, tc.profile, tc.flows, tc.gbps, tc.seed, 3*time.Millisecond))
+		name := fmt.Sprintf("%s/%dG/%d:1/seed%d/cnp-per-qp=%v", tc.profile, tc.gbps, tc.flows, tc.seed, tc.perQP)
+		c := smallConfig(t, tc.profile, tc.flows, tc.gbps, tc.seed, 3*time.Millisecond)
+		if tc.flows == 256 {
+			c.Duration, c.Queue.Buffer = time.Millisecond, 12<<20
+		}
+		if tc.perQP {
+			require.NoError(t, c.Params.Set("cnp_per_port=false"))
+		}
+		same, at := compareFastPath(t, name, c)
 		if !same {
 			differ++
 			t.Logf("%s: parts at a tie at %v", name, at)
