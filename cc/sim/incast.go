@@ -7,6 +7,10 @@
 //
 // It models flows, not queue pairs: a dropped packet is lost goodput (a
 // real RC sender would also go back N), and PFC pauses take effect at once.
+// By default the senders, open loop, run ahead of the port in trains and
+// the packets that reach a full buffer are counted as drops in bulk
+// (fast.go); Config.PerPacket runs every send and arrival as an event, the
+// reference the fast path is tested against.
 package sim
 
 import (
