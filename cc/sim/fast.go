@@ -20,9 +20,10 @@ import (
 // the bucket and the reaction point bit for bit as TrySend per attempt
 // leaves them), ahead of time, as far as nothing can change it first: up
 // to its next CNP or timer, the next sample (which reads its rate), and the
-// earliest a CNP not yet scheduled could come (a CNP is made by a delivery
-// or a notification point's timer, one Delay before it comes; a delivery
-// one Delay after a departure; a departure after an admission). What it
+// earliest a CNP not yet scheduled could come (horizon: a CNP goes to the
+// flow whose packet was delivered marked, one Delay after the delivery or
+// the notification point's timer that makes it; a delivery comes one Delay
+// after its packet's departure; a departure after an admission). What it
 // sends goes in flight to the port.
 //
 //   - Before one of its own events and before a sample, a sender's attempts
@@ -45,7 +46,9 @@ import (
 // their sends were scheduled, then by flow. Where that differs, the two
 // runs admit a different one of two packets that reach the port in the
 // same nanosecond and go on differently from there
-// (TestFastPathMatchesPerPacket shows the first difference is such a tie).
+// (TestFastPathMatchesPerPacket, TestFastPathDiffersOnlyAtTies: up to the
+// first difference everything is the same, and the first difference is
+// such a tie).
 
 // maxTrain bounds the packets a flow sends in one run ahead, and so the
 // memory of its packets in flight.
