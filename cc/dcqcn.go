@@ -328,6 +328,20 @@ type Algorithm interface {
 
 var _ Algorithm = (*ReactionPoint)(nil)
 
+// QuietSender is an Algorithm that can say how many more bytes its OnSent
+// takes without acting on them: told of fewer, OnSent only counts them, so
+// that telling it of k packets at once, at any time, leaves it as telling
+// it of each when it left. Sender.SendTrain uses it to tell the algorithm
+// once per train instead of once per packet.
+type QuietSender interface {
+	Algorithm
+	// QuietBytes is how many more bytes OnSent takes without acting on
+	// them (math.MaxInt when it acts on none).
+	QuietBytes() int
+}
+
+var _ QuietSender = (*ReactionPoint)(nil)
+
 // ReactionPoint is DCQCN's sender side for one QP (the paper's Algorithm
 // 1, ns3-rdma's qbb-net-device.cc, HPCC's rdma-hw.cc *Mlx functions):
 // CNPs cut the current rate RC by alpha/2; the rate-increase timer and the
@@ -507,6 +521,18 @@ func (r *ReactionPoint) OnSent(now time.Time, n int) {
 		r.advanceAlpha(now)
 		r.increase(false)
 	}
+}
+
+// QuietBytes returns how many more bytes OnSent counts before the byte
+// counter's next rate increase: OnSent of at most that many does nothing
+// but add them to the count, whatever its now. With the byte counter off,
+// or the rate back at the line rate (the counter stopped), OnSent ignores
+// bytes: math.MaxInt.
+func (r *ReactionPoint) QuietBytes() int {
+	if !r.increasing || r.p.ByteReset == 0 {
+		return math.MaxInt
+	}
+	return r.p.ByteReset - r.bytes - 1
 }
 
 // Deadline returns when OnTimeout must next run (a cut pending on the

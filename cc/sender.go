@@ -2,6 +2,7 @@ package cc
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -76,6 +77,123 @@ func (s *Sender) TrySend(now time.Time, n int) time.Duration {
 	s.alg.OnSent(now, n)
 	s.sync(now)
 	return 0
+}
+
+// A TrainSend is a packet SendTrain sent: At, when it left, and After,
+// when the attempt that sent it was scheduled (the attempt before it), both
+// offsets from SendTrain's base.
+type TrainSend struct{ At, After time.Duration }
+
+// SendTrain runs, in one call, the attempts of a sender that always has a
+// packet of n bytes to send and whose line is busy gap after each packet:
+// what a caller does calling TrySend once per attempt. Times are offsets
+// from base. The first attempt is at next and was scheduled at after; an
+// attempt the pacer lets go sends the packet (TrySend's bookkeeping, and
+// the algorithm told of the bytes) and the next attempt comes gap later;
+// one it holds back comes again when TrySend says.
+//
+// It runs the attempts before until, at most most packets, appending each
+// packet sent to sent, and stops after a packet whose bytes the algorithm
+// may have acted on (DCQCN's byte counter reaching rpg_byte_reset: its
+// rate or Deadline may have changed; for an Algorithm that is not a
+// QuietSender, every packet). It returns the next attempt, when that was
+// scheduled (the last attempt run), whether it stopped after such a
+// packet, and sent. The pacer's bucket and the algorithm end as the
+// attempts one at a time leave them, to the last bit: the bucket's
+// arithmetic is TrySend's, on Durations instead of time.Times, and a
+// QuietSender is told of the bytes of packets it does not act on in one
+// OnSent. gap and n must be positive.
+func (s *Sender) SendTrain(base time.Time, next, after, until, gap time.Duration, n, most int, sent []TrainSend) (time.Duration, time.Duration, bool, []TrainSend) {
+	p := &s.pacer
+	quiet := -1 // tell the algorithm of every packet
+	if q, ok := s.alg.(QuietSender); ok {
+		quiet = q.QuietBytes()
+	}
+	init, tokens := p.init, p.tokens
+	var last time.Duration
+	if init {
+		last = p.last.Sub(base)
+	}
+	rate, burst := float64(p.rate), p.burst
+	need := math.Min(float64(n), burst)
+	pending, lastSent, count := 0, time.Duration(0), 0
+	acted := false
+	var earned [8]struct {
+		d     time.Duration // 0: empty (d is positive)
+		bytes float64
+	}
+	for next < until && count < most {
+		// Pacer.available and Pacer.wait, written out: the same
+		// operations in the same order, so the same bits. For d under a
+		// second d.Seconds() is float64(d)/1e9 exactly; x/8 and x*0.125
+		// are the same rounding of the same quotient; math.Min of two
+		// numbers that are not NaN, infinite or both zero is the smaller.
+		have := tokens
+		if init {
+			if d := next - last; d > 0 {
+				// The tokens d earns, from a small table: a backlogged
+				// sender's attempts come at few distinct distances from
+				// its last send (the line's gap, and that and the
+				// pacer's short waits).
+				slot := &earned[d&7]
+				if slot.d != d {
+					var sec float64
+					if d < time.Second {
+						sec = float64(d) / 1e9
+					} else {
+						sec = d.Seconds()
+					}
+					slot.d, slot.bytes = d, sec*rate*0.125
+				}
+				if x := tokens + slot.bytes; x < burst {
+					have = x
+				} else {
+					have = burst
+				}
+			}
+		}
+		if have < need {
+			w := time.Duration(math.MaxInt64) // a rate of 0 waits forever
+			if rate > 0 {
+				w = time.Duration(math.Ceil((need - have) * 8 / rate * 1e9))
+			}
+			after = next
+			next += min(w, math.MaxInt64-next)
+			continue
+		}
+		if !init {
+			init, last = true, next
+		} else if next > last {
+			last = next
+		}
+		tokens = have - float64(n)
+		sent = append(sent, TrainSend{At: next, After: after})
+		count++
+		lastSent = next
+		after, next = next, next+gap
+		if quiet >= n {
+			quiet -= n
+			pending += n
+			continue
+		}
+		p.init, p.last, p.tokens = init, base.Add(last), tokens
+		now := base.Add(lastSent)
+		s.alg.OnSent(now, pending+n)
+		pending = 0
+		s.sync(now)
+		acted = true
+		break
+	}
+	if !acted {
+		if init {
+			p.init, p.last, p.tokens = init, base.Add(last), tokens
+		}
+		if pending > 0 {
+			// Fewer bytes than the algorithm acts on: only counted.
+			s.alg.OnSent(base.Add(lastSent), pending)
+		}
+	}
+	return next, after, acted, sent
 }
 
 // OnCNP hands a CNP to the algorithm and reports whether it acted on it

@@ -1,6 +1,7 @@
 package cc
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -176,4 +177,102 @@ func TestSenderTrySendIsQueryThenSend(t *testing.T) {
 	assert.NotZero(t, sends)
 	assert.NotZero(t, waits, "the pacer held some packets back")
 	assert.NotZero(t, rpA.Cuts)
+}
+
+// SendTrain is TrySend once per attempt, in one call: two senders, one
+// driven attempt by attempt (each send a gap after the last, each held-back
+// attempt again when TrySend says), the other by trains of random lengths
+// that stop at random times and at the byte counter's increases, with the
+// same CNPs and timers between, send at the same times, keep the same
+// bucket to the last bit and leave the reaction point in the same state.
+// The byte counter is short (64 x 64 bytes; for the paper profile five
+// packets exactly) so that trains cross it often;
+// the fixed-rate algorithm (not a QuietSender) stops every train after one
+// packet.
+func TestSenderTrainIsTrySendPerAttempt(t *testing.T) {
+	base := time.Unix(0, 0)
+	const n, gap = 1082, 86 * time.Nanosecond
+	for _, prof := range []string{ProfileMLX5, ProfilePaper, ProfileHPCC, ""} {
+		var algA, algB Algorithm
+		var rpA, rpB *ReactionPoint
+		if prof == "" {
+			algA, algB = &fixed{rate: 37 * Gbps}, &fixed{rate: 37 * Gbps}
+		} else {
+			p, err := Profile(prof, 100*Gbps)
+			require.NoError(t, err)
+			switch prof {
+			case ProfileMLX5:
+				require.NoError(t, p.Set("rpg_byte_reset=64"))
+			case ProfilePaper: // a counter that packets fill exactly
+				require.NoError(t, p.Set("rpg_byte_reset_unit=1"))
+				require.NoError(t, p.Set(fmt.Sprintf("rpg_byte_reset=%d", 5*n)))
+			}
+			rpA, rpB = mustRP(t, p), mustRP(t, p)
+			algA, algB = rpA, rpB
+		}
+		a, err := NewSender(algA, 2*n)
+		require.NoError(t, err)
+		b, err := NewSender(algB, 2*n)
+		require.NoError(t, err)
+		// a: one attempt at a time.
+		attA, want := time.Duration(17), []TrainSend(nil)
+		afterA := time.Duration(-1)
+		attB, afterB := attA, afterA
+		var got []TrainSend
+		rng := uint64(12345)
+		rnd := func(k uint64) time.Duration {
+			rng = rng*6364136223846793005 + 1442695040888963407
+			return time.Duration((rng >> 33) % k)
+		}
+		var trains, acted int
+		for now := time.Duration(0); now < 3*time.Millisecond; {
+			stop := now + 1 + rnd(20000)
+			// The reference, attempt by attempt, up to stop.
+			for attA < stop {
+				if w := a.TrySend(base.Add(attA), n); w > 0 {
+					afterA, attA = attA, attA+w
+					continue
+				}
+				want = append(want, TrainSend{At: attA, After: afterA})
+				afterA, attA = attA, attA+gap
+			}
+			// Trains up to stop.
+			for attB < stop {
+				var stopped bool
+				attB, afterB, stopped, got = b.SendTrain(base, attB, afterB, stop, gap, n, 1+int(rnd(300)), got)
+				trains++
+				if stopped {
+					acted++
+				}
+			}
+			require.Equal(t, want, got, "%s: sends up to %v", prof, stop)
+			require.Equal(t, attA, attB, prof)
+			require.Equal(t, afterA, afterB, prof)
+			require.Equal(t, a.pacer, b.pacer, prof)
+			if rpA != nil {
+				require.Equal(t, *rpA, *rpB, prof)
+			} else {
+				require.Equal(t, algA, algB)
+			}
+			now = stop
+			// The timers due, and a CNP one time in forty (every 400 us on average), for both.
+			if d := a.Deadline(); !d.IsZero() && !d.After(base.Add(now)) {
+				a.OnTimeout(base.Add(now))
+				b.OnTimeout(base.Add(now))
+			}
+			if rnd(40) == 0 {
+				a.OnCNP(base.Add(now))
+				b.OnCNP(base.Add(now))
+			}
+		}
+		t.Logf("%s: %d packets, %d trains, %d stopped for the algorithm", prof, len(got), trains, acted)
+		assert.Greater(t, len(got), 1000, prof)
+		if prof != ProfileHPCC { // HPCC has no byte counter
+			assert.NotZero(t, acted, prof)
+		}
+		if rpA != nil {
+			assert.NotZero(t, rpA.Cuts, prof)
+			assert.NotZero(t, rpA.Increases, prof)
+		}
+	}
 }

@@ -7,6 +7,10 @@
 //
 // It models flows, not queue pairs: a dropped packet is lost goodput (a
 // real RC sender would also go back N), and PFC pauses take effect at once.
+// By default the senders, open loop, run ahead of the port in trains and
+// the packets that reach a full buffer are counted as drops in bulk
+// (fast.go); Config.PerPacket runs every send and arrival as an event, the
+// reference the fast path is tested against.
 package sim
 
 import (
@@ -34,6 +38,14 @@ type Config struct {
 	Params cc.Params
 	Sample time.Duration // how often rates, alpha and the queue are recorded (default Duration/1000)
 	Seed   uint64
+	// PerPacket runs every send attempt and every arrival at the port as
+	// an event in one queue, the reference the default is checked
+	// against. By default each sender's attempts are run on their own,
+	// in order, only as far as the port or the sender's own events need
+	// them, and while the buffer is full the arrivals before the next
+	// departure are counted as drops without an event each (fast.go).
+	// PFC always runs per packet.
+	PerPacket bool
 }
 
 // Sample is the state at one time.
@@ -88,6 +100,7 @@ const (
 
 type event struct {
 	at   time.Duration
+	born time.Duration // when it was scheduled
 	seq  uint64
 	gen  uint64
 	flow int32
@@ -96,10 +109,19 @@ type event struct {
 	ce   bool
 }
 
-// before orders events by time, then by the order they were scheduled.
+// before orders events by time, then by the order they were scheduled:
+// the time they were scheduled at, then the order of scheduling (seq).
+// Events are scheduled while the events before them are handled, in time
+// order, so born never decreases with seq in the per-packet run and
+// (at, born, seq) is (at, seq); the fast path schedules a sender's timer
+// late, when it runs the sender's attempts, and born keeps it in its
+// place.
 func (e *event) before(o *event) bool {
 	if e.at != o.at {
 		return e.at < o.at
+	}
+	if e.born != o.born {
+		return e.born < o.born
 	}
 	return e.seq < o.seq
 }
@@ -233,6 +255,46 @@ type flow struct {
 	timerAt  time.Duration
 	waiting  bool // paused by PFC
 	npArmed  bool // an evNPTimer is scheduled for a CNP at the window's end
+	// The fast path (fast.go): the pending attempt to send, when it was
+	// scheduled (the previous attempt), and the packets sent that have
+	// not reached the port yet (arr[arrHead:]).
+	att, attBorn time.Duration
+	arr          []cc.TrainSend
+	arrHead      int
+	// What the fast path's horizon looks at, each in time order: the
+	// flow's CNPs scheduled that have not come yet, its packets in the
+	// port (their departures), its packets on the way to the receiver
+	// (their deliveries), and the notification point's timer (npAt, when
+	// npArmed).
+	cnpDue, departDue, deliverDue times
+	npAt                          time.Duration
+}
+
+// times is a first-in-first-out queue of times.
+type times struct {
+	q    []time.Duration
+	head int
+}
+
+func (t *times) push(at time.Duration) {
+	if t.head == len(t.q) {
+		t.q, t.head = t.q[:0], 0
+	}
+	t.q = append(t.q, at)
+}
+
+func (t *times) pop() {
+	if t.head < len(t.q) {
+		t.head++
+	}
+}
+
+// front returns the first time, ok false when there is none.
+func (t *times) front() (time.Duration, bool) {
+	if t.head < len(t.q) {
+		return t.q[t.head], true
+	}
+	return 0, false
 }
 
 // arrival is a packet's arrival at the bottleneck port and the port's
@@ -314,7 +376,8 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 	abs := func(d time.Duration) time.Time { return epoch.Add(d) }
 	pkt := c.MTU + c.Overhead
 	txTime := c.LinkRate.TxTime(pkt)
-	s := &state{cfg: c, q: q, trace: trace, epoch: epoch}
+	s := &state{cfg: c, q: q, trace: trace, epoch: epoch, clock: -1, pkt: pkt, txTime: txTime, txDelay: txTime + c.Delay}
+	fast := !c.PerPacket && !c.Queue.PFC
 	rng := rand.New(rand.NewPCG(c.Seed, 0x51A7))
 	s.flows = make([]*flow, c.Flows)
 	var portNP *cc.NotificationPoint // per-port CNP pacing: one for all flows
@@ -337,15 +400,24 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 		// Start each flow within one packet time of the others, at random:
 		// flows started together would tie at the queue forever, and tail
 		// drop would always pick the same one.
-		s.push(event{at: time.Duration(rng.Int64N(int64(c.LinkRate.TxTime(pkt)) + 1)), kind: evSend, flow: int32(i)})
-		f.sendOK = true
+		start := time.Duration(rng.Int64N(int64(c.LinkRate.TxTime(pkt)) + 1))
+		if fast {
+			f.att, f.attBorn = start, -1
+			s.keys = append(s.keys, start+s.txDelay)
+		} else {
+			s.push(event{at: start, kind: evSend, flow: int32(i)})
+			f.sendOK = true
+		}
 	}
-	s.push(event{at: 0, kind: evSample})
+	s.pushSample(0)
 	half := c.Duration / 2
 	delivered := make([]int64, c.Flows)
 	res := &Result{}
 	var queueSamples []int
 	for {
+		if fast && s.fastArrivals() {
+			continue
+		}
 		e, ok := s.next()
 		if !ok {
 			break
@@ -354,8 +426,21 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 			break
 		}
 		now := e.at
+		s.clock = now
 		fi := int(e.flow)
 		f := s.flowAt(fi)
+		if fast {
+			// A sender's attempts before one of its own events, and
+			// every sender's before a sample, run first.
+			switch e.kind {
+			case evCNP, evTimer:
+				s.advance(fi, f, e.at, e.born)
+			case evSample:
+				for i, g := range s.flows {
+					s.advance(i, g, e.at, e.born)
+				}
+			}
+		}
 		switch e.kind {
 		case evSend, evSendPaced:
 			f.sendOK = false
@@ -404,16 +489,23 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 				}
 			}
 			s.push(event{at: now + c.Delay, kind: evDeliver, flow: e.flow, size: e.size, ce: e.ce})
+			if fast {
+				f.departDue.pop()
+				f.deliverDue.push(now + c.Delay)
+			}
 		case evDeliver:
+			if fast {
+				f.deliverDue.pop()
+			}
 			if now >= half {
 				delivered[fi] += int64(int(e.size) - c.Overhead)
 			}
 			if e.ce && f.np != nil {
 				if f.np.OnMarked(abs(now)) {
 					res.CNPs++
-					s.push(event{at: now + c.Delay, kind: evCNP, flow: e.flow})
+					s.pushCNP(fi, now+c.Delay)
 				} else if d := f.np.Deadline(); !d.IsZero() && !f.npArmed {
-					f.npArmed = true
+					f.npArmed, f.npAt = true, d.Sub(epoch)
 					s.push(event{at: d.Sub(epoch), kind: evNPTimer, flow: e.flow})
 				}
 			}
@@ -421,9 +513,10 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 			f.npArmed = false
 			if f.np.OnTimeout(abs(now)) {
 				res.CNPs++
-				s.push(event{at: now + c.Delay, kind: evCNP, flow: e.flow})
+				s.pushCNP(fi, now+c.Delay)
 			}
 		case evCNP:
+			f.cnpDue.pop()
 			f.snd.OnCNP(abs(now))
 			s.armTimer(fi, f)
 		case evTimer:
@@ -446,7 +539,7 @@ func run(c Config, trace func(arrival)) (*Result, error) {
 			if now >= half {
 				queueSamples = append(queueSamples, q.Bytes())
 			}
-			s.push(event{at: now + c.Sample, kind: evSample})
+			s.pushSample(now + c.Sample)
 		}
 	}
 	secs := (c.Duration - half).Seconds()
@@ -491,7 +584,22 @@ type state struct {
 	// order they need no heap (see push).
 	lanes [nLanes]fifo
 	seq   uint64
+	// clock is the time of what is being handled: an event, or in the
+	// fast path a sender's attempt or an arrival. Events scheduled now are
+	// born at it.
+	clock time.Duration
 	flows []*flow
+	// The fast path's constants: bytes on the wire per packet, the
+	// sender's transmission time, and that plus the hop's delay (a send's
+	// arrival at the port).
+	pkt             int
+	txTime, txDelay time.Duration
+	nextSample      time.Duration   // the pending sample's time
+	keys            []time.Duration // the fast path's flow keys (rekey)
+	minKey          time.Duration   // the least key and the flows that have it (least), if minValid
+	cands           []int
+	minValid        bool
+	lastDepart      time.Duration // the latest departure scheduled
 	// arrivals counts the packets that reached the port.
 	arrivals uint64
 }
@@ -516,15 +624,36 @@ func (s *state) push(e event) {
 	s.ev.push(e)
 }
 
-// stamp numbers an event in the order it was scheduled.
+// stamp numbers an event in the order it was scheduled, at the time of
+// the event being handled.
 func (s *state) stamp(e event) event {
 	s.seq++
 	e.seq = s.seq
+	e.born = s.clock
 	return e
 }
 
 // next takes the earliest event of the heap and the lanes.
 func (s *state) next() (event, bool) {
+	switch src, _ := s.peekSrc(); {
+	case src == -1:
+		return s.ev.pop(), true
+	case src >= 0:
+		return s.lanes[src].pop(), true
+	}
+	return event{}, false
+}
+
+// peek returns the earliest event of the heap and the lanes without
+// taking it, nil when there is none.
+func (s *state) peek() *event {
+	_, e := s.peekSrc()
+	return e
+}
+
+// peekSrc returns where the earliest event is (-1 the heap, a lane, -2
+// none) and the event.
+func (s *state) peekSrc() (int, *event) {
 	var best *event
 	src := -2
 	if len(s.ev) > 0 {
@@ -538,13 +667,7 @@ func (s *state) next() (event, bool) {
 			best, src = h, i
 		}
 	}
-	switch {
-	case src == -1:
-		return s.ev.pop(), true
-	case src >= 0:
-		return s.lanes[src].pop(), true
-	}
-	return event{}, false
+	return src, best
 }
 
 func (s *state) flowAt(i int) *flow {
@@ -552,6 +675,18 @@ func (s *state) flowAt(i int) *flow {
 		return s.flows[i]
 	}
 	return nil
+}
+
+// pushCNP schedules a CNP for flow i at at.
+func (s *state) pushCNP(i int, at time.Duration) {
+	s.flows[i].cnpDue.push(at)
+	s.push(event{at: at, kind: evCNP, flow: int32(i)})
+}
+
+// pushSample schedules the sample at at.
+func (s *state) pushSample(at time.Duration) {
+	s.nextSample = at
+	s.push(event{at: at, kind: evSample})
 }
 
 // armTimer schedules the reaction point's next deadline, replacing an

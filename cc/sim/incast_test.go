@@ -93,18 +93,22 @@ func TestLanesKeepTheOrder(t *testing.T) {
 		require.NoError(t, err)
 		q := paperQueue(tc.pfc)
 		q.LineRate = 100 * cc.Gbps
-		c := Config{Flows: tc.flows, LinkRate: 100 * cc.Gbps, Duration: time.Millisecond, MTU: 1024,
-			Delay: time.Microsecond, Queue: q, DCQCN: true, Params: p, Seed: 5}
-		var got [2][]arrival
-		var res [2]*Result
-		for i, only := range []bool{true, false} {
-			heapOnly = only
-			res[i], err = run(c, func(a arrival) { got[i] = append(got[i], a) })
-			require.NoError(t, err)
+		// Per packet (every send and arrival an event), and on the fast
+		// path (the other events).
+		for _, perPacket := range []bool{true, false} {
+			c := Config{Flows: tc.flows, LinkRate: 100 * cc.Gbps, Duration: time.Millisecond, MTU: 1024,
+				Delay: time.Microsecond, Queue: q, DCQCN: true, Params: p, Seed: 5, PerPacket: perPacket}
+			var got [2][]arrival
+			var res [2]*Result
+			for i, only := range []bool{true, false} {
+				heapOnly = only
+				res[i], err = run(c, func(a arrival) { got[i] = append(got[i], a) })
+				require.NoError(t, err)
+			}
+			require.NotEmpty(t, got[0])
+			assert.Equal(t, got[0], got[1], tc.profile)
+			assert.Equal(t, res[0], res[1], tc.profile)
+			t.Logf("%s %d:1 per packet %v: %d arrivals, %d drops, %d CNPs", tc.profile, tc.flows, perPacket, len(got[0]), res[0].Drops, res[0].CNPs)
 		}
-		require.NotEmpty(t, got[0])
-		assert.Equal(t, got[0], got[1], tc.profile)
-		assert.Equal(t, res[0], res[1], tc.profile)
-		t.Logf("%s %d:1: %d arrivals, %d drops, %d CNPs", tc.profile, tc.flows, len(got[0]), res[0].Drops, res[0].CNPs)
 	}
 }

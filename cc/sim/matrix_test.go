@@ -94,11 +94,11 @@ func runMatrixCase(t testing.TB, c matrixCase) *Result {
 // paced per port, the reading it takes) and the mlx5 profile with the
 // other reading of min_time_between_cnps, per QP (docs/dcqcn.md, "CNP
 // pacing: per port or per QP"). The paper profile brings the 256 flows
-// down and runs in a quarter of a second; neither mlx5 reading does
-// within 20 ms, so those runs send, and mostly drop, tens of millions of
-// packets: drops, CNPs and the queue's p99 are reported with the time so
-// that a faster run cannot hide a different outcome (docs/dcqcn.md,
-// "Speed").
+// down; neither mlx5 reading does within 20 ms, so those runs send, and
+// mostly drop, tens of millions of packets (counted in bulk on the fast
+// path, the default): drops, CNPs and the queue's p99 are reported with
+// the time so that a faster run cannot hide a different outcome
+// (docs/dcqcn.md, "Speed").
 func BenchmarkIncast256(b *testing.B) {
 	for _, bc := range []struct {
 		name    string

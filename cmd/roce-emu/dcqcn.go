@@ -43,6 +43,7 @@ func runDCQCN(args []string, stdout, stderr io.Writer) int {
 	csvFile := fs.String("csv", "dcqcn.csv", "CSV `file` of time, queue depth, and each flow's rate and alpha (\"\" for none)")
 	plotFile := fs.String("plot", "dcqcn.png", "plot `file`, .png or .svg (\"\" for none)")
 	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
+	perPacket := fs.Bool("per-packet", false, "run every send and arrival as an event (slower; packets that reach the port in the same nanosecond are taken in another order, so figures may differ where they tie)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: roce-emu dcqcn [flags]")
 		fmt.Fprintln(stderr, "\nRuns an N-to-1 incast through an emulated switch queue in simulated time: senders")
@@ -89,7 +90,7 @@ func runDCQCN(args []string, stdout, stderr io.Writer) int {
 	}
 	start := time.Now()
 	res, err := sim.Run(sim.Config{Flows: *flows, LinkRate: rate, Duration: *dur, MTU: *mtu, Delay: *delay, Queue: q,
-		DCQCN: *ccName == "dcqcn", Params: p, Sample: *sample, Seed: *seed})
+		DCQCN: *ccName == "dcqcn", Params: p, Sample: *sample, Seed: *seed, PerPacket: *perPacket})
 	if err != nil {
 		return fail("%v", err)
 	}

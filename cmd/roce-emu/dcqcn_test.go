@@ -65,3 +65,18 @@ func TestDCQCNBadFlags(t *testing.T) {
 		assert.NotEmpty(t, e.String(), "%v", args)
 	}
 }
+
+// --per-packet runs the reference simulation: on an incast without packets
+// that tie at the port (2:1, seed 1), the same summary as the default.
+func TestDCQCNPerPacket(t *testing.T) {
+	var sums [2]string
+	for i, extra := range [][]string{nil, {"--per-packet"}} {
+		var out, errb bytes.Buffer
+		args := append([]string{"dcqcn", "--flows", "2", "--duration", "10ms", "--kmin", "5000", "--kmax", "200000", "--pmax", "0.01",
+			"--csv", "", "--plot", "", "--json"}, extra...)
+		require.Equal(t, 0, run(args, &out, &errb), errb.String())
+		sums[i] = out.String()
+	}
+	assert.Contains(t, sums[0], "jain_index")
+	assert.Equal(t, sums[0], sums[1])
+}
