@@ -242,7 +242,8 @@ func offset(frame, sub []byte) int { return cap(frame) - cap(sub) }
 // are merely not RoCE, or malformed, are reported through the Kind and
 // rec.Err.
 func (d *Decoder) Decode(data []byte, ci gopacket.CaptureInfo, lt LinkType, rec *Record) (Kind, error) {
-	*rec = Record{Time: ci.Timestamp, CaptureLength: ci.CaptureLength, Length: ci.Length}
+	*rec = Record{}
+	rec.Time, rec.CaptureLength, rec.Length = ci.Timestamp, ci.CaptureLength, ci.Length
 	if !SupportedLinkType(lt) {
 		return KindOther, ErrLinkType
 	}
