@@ -109,15 +109,15 @@ func guardFault(n *int, err *error) func(old bool) {
 }
 
 // pcapRecords returns the records of a classic pcap file as NewReader
-// hands them to pcapgo, fileHeader first, with fewer copies and calls
-// than a pcapValidator over the mapping: each read copies as many bytes as
-// it asks for in one copy, then checks in place the headers of the records
-// that start in them, as pcapValidator does (a captured length of at most
-// maxSnaplen, an original length not below it) and that the record ends
-// inside the mapping, and hands out the bytes before the first header
-// that fails. From that record on a pcapValidator reads (from the mapping,
-// then the file), so that such records and errors come out as from any
-// other reader.
+// hands them to pcapgo, fileHeader first, with one call per read of
+// pcapgo's 4 KiB buffer where a pcapValidator over the mapping takes four
+// per record: each read copies as many bytes as it asks for in one copy,
+// then checks in place the headers of the records that start in them, as
+// pcapValidator does (a captured length of at most maxSnaplen, an original
+// length not below it) and that the record ends inside the mapping, and
+// hands out the bytes before the first header that fails. From that record
+// on a pcapValidator reads (from the mapping, then the file), so that such
+// records and errors come out as from any other reader.
 func (m *mappedFile) pcapRecords(order binary.ByteOrder, fileHeader []byte) io.Reader {
 	return &mappedPcap{m: m, order: order, hdr: slices.Clone(fileHeader), next: m.off}
 }
