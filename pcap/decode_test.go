@@ -1,6 +1,7 @@
 package pcap
 
 import (
+	"bytes"
 	"encoding/binary"
 	"testing"
 
@@ -247,4 +248,50 @@ func TestDecoderIPv6ExtensionHeaders(t *testing.T) {
 		decodeFrame(t, d, LinkTypeEthernet, f, len(f))
 	}
 	assert.LessOrEqual(t, len(d.ip6dst.Options), 1)
+}
+
+// decodeBoth decodes frame with d and with a decoder that takes every
+// frame to gopacket's parser, and requires the same kind and record.
+func decodeBoth(t *testing.T, d, parser *Decoder, frame []byte, ci gopacket.CaptureInfo, lt LinkType) {
+	t.Helper()
+	var got, want Record
+	k, err := d.Decode(frame, ci, lt, &got)
+	pk, perr := parser.Decode(frame, ci, lt, &want)
+	require.Equal(t, perr, err)
+	require.Equal(t, pk, k, "% x", frame)
+	if want.Err != nil || got.Err != nil {
+		require.Error(t, got.Err)
+		require.Error(t, want.Err)
+		require.Equal(t, want.Err.Error(), got.Err.Error())
+		got.Err, want.Err = nil, nil
+	}
+	require.Equal(t, want, got, "% x", frame)
+}
+
+// The Ethernet + IPv4 + UDP path that skips gopacket's parser decodes
+// every frame as the parser does: each opcode's frame and the handed
+// captures' frames, each cut at every length, and with each byte of its
+// Ethernet, IPv4 and UDP headers and BTH changed.
+func TestDecodeEthernetIPv4UDPAsParser(t *testing.T) {
+	d, parser := NewDecoder(), NewDecoder()
+	parser.parserOnly = true
+	for _, frame := range seedFrames(t) {
+		for _, wire := range []int{len(frame), len(frame) + 100} {
+			ci := gopacket.CaptureInfo{CaptureLength: len(frame), Length: wire}
+			decodeBoth(t, d, parser, frame, ci, LinkTypeEthernet)
+		}
+		if len(frame) > 200 {
+			continue // the cuts and changes of the short frames cover the headers
+		}
+		for i := range len(frame) {
+			decodeBoth(t, d, parser, frame[:i], gopacket.CaptureInfo{CaptureLength: i, Length: len(frame)}, LinkTypeEthernet)
+		}
+		for i := range min(len(frame), 14+20+8+12) {
+			for _, v := range []byte{0, 0xFF, frame[i] ^ 0x80, frame[i] + 1} {
+				b := bytes.Clone(frame)
+				b[i] = v
+				decodeBoth(t, d, parser, b, gopacket.CaptureInfo{CaptureLength: len(b), Length: len(b)}, LinkTypeEthernet)
+			}
+		}
+	}
 }

@@ -12,11 +12,13 @@
 //     short (ErrTruncatedCapture) from one that ends. Link types have all
 //     their bits (LinkType), not gopacket's 8. Open maps files of 1 MiB or
 //     more on Linux (read-only; a file truncated under the mapping is a
-//     read error).
+//     read error), and checks a classic pcap file's record headers in place
+//     in the mapping.
 //   - Writer: a pcap file of Ethernet frames that tshark decodes as RoCEv2.
 //   - Decoder: frame -> addresses, ECN, the decoded transport packet and
 //     whether its ICRC verifies; Ethernet, raw IP, Linux cooked v1 and v2,
-//     BSD loopback. IPv4 and IPv6 fragments are reassembled (bounded: MaxFragmented
+//     BSD loopback (gopacket's layers; Ethernet + IPv4 + UDP without the
+//     parser's per-layer dispatch). IPv4 and IPv6 fragments are reassembled (bounded: MaxFragmented
 //     datagrams at once, FragmentTimeout) and decoded in the frame that
 //     completes them, as tshark does. Frames cut by the snapshot length keep their headers
 //     and the payload length of the wire; frames whose IP or UDP lengths lie

@@ -2,10 +2,12 @@ package pcap
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"io"
 	"os"
 	"runtime/debug"
+	"slices"
 	"syscall"
 )
 
@@ -71,22 +73,100 @@ func (m *mappedFile) Read(p []byte) (n int, err error) {
 		}
 		return m.tail.Read(p)
 	}
-	defer func(old bool) {
-		debug.SetPanicOnFault(old)
-		if v := recover(); v != nil {
-			if _, ok := v.(interface{ Addr() uintptr }); !ok {
-				panic(v)
-			}
-			n, err = 0, errFileChanged
-		}
-	}(debug.SetPanicOnFault(true))
+	defer guardFault(&n, &err)(debug.SetPanicOnFault(true))
 	n = copy(p, m.data[m.off:])
+	m.advance(n)
+	return n, nil
+}
+
+// advance hands out n more bytes of the mapping, releasing the pages
+// behind them every releaseEvery bytes.
+func (m *mappedFile) advance(n int) {
 	m.off += n
 	if m.off-m.rel >= releaseEvery {
 		end := m.off &^ (os.Getpagesize() - 1)
 		_ = syscall.Madvise(m.data[m.rel:end], syscall.MADV_DONTNEED)
 		m.rel = end
 	}
+}
+
+// guardFault is the deferred half of a read of the mapping:
+//
+//	defer guardFault(&n, &err)(debug.SetPanicOnFault(true))
+//
+// restores the fault setting, and turns a fault of the mapping (the file
+// cut shorter under it) into 0 bytes read and errFileChanged.
+func guardFault(n *int, err *error) func(old bool) {
+	return func(old bool) {
+		debug.SetPanicOnFault(old)
+		if v := recover(); v != nil {
+			if _, ok := v.(interface{ Addr() uintptr }); !ok {
+				panic(v)
+			}
+			*n, *err = 0, errFileChanged
+		}
+	}
+}
+
+// pcapRecords returns the records of a classic pcap file as NewReader
+// hands them to pcapgo, fileHeader first, with one call per read of
+// pcapgo's 4 KiB buffer where a pcapValidator over the mapping takes four
+// per record: each read copies as many bytes as it asks for in one copy,
+// then checks in place the headers of the records that start in them, as
+// pcapValidator does (a captured length of at most maxSnaplen, an original
+// length not below it) and that the record ends inside the mapping, and
+// hands out the bytes before the first header that fails. From that record
+// on a pcapValidator reads (from the mapping, then the file), so that such
+// records and errors come out as from any other reader.
+func (m *mappedFile) pcapRecords(order binary.ByteOrder, fileHeader []byte) io.Reader {
+	return &mappedPcap{m: m, order: order, hdr: slices.Clone(fileHeader), next: m.off}
+}
+
+// mappedPcap is what pcapRecords returns.
+type mappedPcap struct {
+	m     *mappedFile
+	order binary.ByteOrder
+	hdr   []byte         // the file header, handed out first
+	next  int            // the next record header to check, in m.data
+	slow  *pcapValidator // reads on from the first record not checked here
+}
+
+func (r *mappedPcap) Read(p []byte) (n int, err error) {
+	if len(r.hdr) > 0 {
+		n = copy(p, r.hdr)
+		r.hdr = r.hdr[n:]
+		return n, nil
+	}
+	if r.slow == nil {
+		if n, err = r.read(p); err != nil {
+			return 0, &readError{err}
+		}
+		if n > 0 || len(p) == 0 {
+			return n, nil
+		}
+		r.slow = &pcapValidator{order: r.order}
+		r.slow.passThrough = passThrough{r: r.m, unit: "pcap record", off: int64(r.m.off), next: r.slow.nextRecord}
+	}
+	return r.slow.Read(p)
+}
+
+// read copies the next bytes of the mapping into p and hands out those
+// before the first record header that fails the checks: none when the
+// next header does.
+func (r *mappedPcap) read(p []byte) (n int, err error) {
+	defer guardFault(&n, &err)(debug.SetPanicOnFault(true))
+	m, d := r.m, r.m.data
+	end := m.off + copy(p, d[m.off:])
+	for r.next < end && r.next+16 <= len(d) {
+		h := d[r.next : r.next+16]
+		capLen, orig := r.order.Uint32(h[8:]), r.order.Uint32(h[12:])
+		if capLen > maxSnaplen || orig < capLen || int(capLen) > len(d)-r.next-16 {
+			break
+		}
+		r.next += 16 + int(capLen)
+	}
+	n = min(end, r.next) - m.off
+	m.advance(n)
 	return n, nil
 }
 

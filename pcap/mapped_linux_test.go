@@ -2,6 +2,7 @@ package pcap
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -124,4 +125,66 @@ func TestOpenMappedTruncated(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, errFileChanged), "%v", err)
 	assert.Contains(t, err.Error(), "truncated while it was read")
+}
+
+// The mapping hands pcapgo runs of checked records and leaves the first
+// record its checks refuse or would change to a pcapValidator: the frames
+// and the error that ends them are those of a Reader over the same bytes
+// in memory, for such a record at the start, in the middle and at the end
+// of a mapped file, in both byte orders.
+func TestOpenMappedIrregularRecords(t *testing.T) {
+	frame := frameOf(t, 1, 1000)
+	big := uint32(maxSnaplen + 1)
+	cases := map[string]func(w *pcapBuilder){
+		"original length below captured": func(w *pcapBuilder) { w.record(7, uint32(len(frame)), 60, frame) },
+		"captured length over 262144":    func(w *pcapBuilder) { w.record(7, big, big, frame) },
+		"cut inside the record":          func(w *pcapBuilder) { w.record(7, uint32(len(frame)), uint32(len(frame)), frame[:500]) },
+		"cut inside the record header":   func(w *pcapBuilder) { w.b = le.AppendUint32(w.b, 7) },
+	}
+	for name, odd := range cases {
+		for _, ord := range []order{le, be} {
+			for _, at := range []int{0, minMapped / 2000, -1} {
+				w := newPcap(ord, 1, 65535)
+				n := 2 * minMapped / len(frame)
+				for i := range n {
+					if i == at {
+						odd(w)
+					}
+					w.frame(uint32(i), frame)
+				}
+				if at < 0 {
+					odd(w)
+				}
+				path := filepath.Join(t.TempDir(), "odd.pcap")
+				require.NoError(t, os.WriteFile(path, w.b, 0o644))
+				want := readAll(t, w.b)
+				r, err := Open(path)
+				require.NoError(t, err)
+				var got readResult
+				for range n + 2 {
+					data, ci, lt, err := r.Next()
+					if err != nil {
+						if err != io.EOF {
+							got.err = err
+						}
+						break
+					}
+					got.frames = append(got.frames, append([]byte(nil), data...))
+					got.cis, got.lts = append(got.cis, ci), append(got.lts, lt)
+				}
+				require.NoError(t, r.Close())
+				msg := fmt.Sprintf("%s at record %d, %v", name, at, ord)
+				require.Equal(t, len(want.frames), len(got.frames), msg)
+				assert.Equal(t, want.frames, got.frames, msg)
+				assert.Equal(t, want.cis, got.cis, msg)
+				assert.Equal(t, want.lts, got.lts, msg)
+				if want.err == nil {
+					assert.NoError(t, got.err, msg)
+				} else {
+					require.Error(t, got.err, msg)
+					assert.Equal(t, want.err.Error(), got.err.Error(), msg)
+				}
+			}
+		}
+	}
 }

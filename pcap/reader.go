@@ -154,6 +154,13 @@ type peekReader interface {
 	Peek(n int) ([]byte, error)
 }
 
+// pcapRecordSource is a source that checks the records of a classic pcap
+// file itself, as pcapValidator does, with fewer copies and calls: Open's
+// mapping (mapped_linux.go).
+type pcapRecordSource interface {
+	pcapRecords(order binary.ByteOrder, fileHeader []byte) io.Reader
+}
+
 // NewReader reads a capture from r, telling pcap from pcapng by the magic
 // number. It returns an error wrapping ErrNotCapture for anything else,
 // ErrTruncatedCapture when the file ends inside its file header,
@@ -190,7 +197,13 @@ func NewReader(r io.Reader) (rd *Reader, err error) {
 		if m := binary.LittleEndian.Uint32(hdr[:]); m == 0xD4C3B2A1 || m == 0x4D3CB2A1 {
 			order = binary.BigEndian
 		}
-		pr, err := pcapgo.NewReader(newPcapValidator(br, order, hdr[:]))
+		var src io.Reader
+		if m, ok := br.(pcapRecordSource); ok {
+			src = m.pcapRecords(order, hdr[:])
+		} else {
+			src = newPcapValidator(br, order, hdr[:])
+		}
+		pr, err := pcapgo.NewReader(src)
 		if err != nil {
 			return nil, fmt.Errorf("%w: bad pcap header: %v", ErrNotCapture, err)
 		}

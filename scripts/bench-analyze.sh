@@ -11,7 +11,7 @@
 # its wall-clock and CPU seconds are close.
 #
 # usage: [RUNS=3] scripts/bench-analyze.sh [MESSAGES_PER_CONNECTION]   (default 1000)
-# needs: go, tshark (Wireshark 4.0 or later), GNU time (/usr/bin/time), bc
+# needs: go, tshark (Wireshark 4.0 or later), bc
 set -euo pipefail
 cd "$(dirname "$0")/.."
 msgs=${1:-1000}
@@ -27,13 +27,16 @@ command -v tshark >/dev/null || { echo "tshark is not installed (apt-get install
 # of CMD over RUNS runs (default 3), then their medians, output discarded,
 # page cache warm.
 runs=${RUNS:-3}
+TIMEFORMAT='%3R %3U %3S'
 run() {
 	local name=$1; shift
 	"$@" >/dev/null 2>&1 || true # warm the page cache
 	: >"$dir/times"
 	for _ in $(seq "$runs"); do
-		/usr/bin/time -o "$dir/time" -f "%e %U %S" "$@" >/dev/null 2>&1
-		tail -1 "$dir/time" | awk '{print $1, $2 + $3}' >>"$dir/times"
+		# bash's time: milliseconds (GNU time prints hundredths, too
+		# coarse for analyze's tenth of a second).
+		{ time "$@" >/dev/null 2>&1; } 2>"$dir/time"
+		tail -1 "$dir/time" | awk '{printf "%.3f %.3f\n", $1, $2 + $3}' >>"$dir/times"
 	done
 	local wall cpu
 	wall=$(awk '{print $1}' "$dir/times" | sort -n | awk '{v[NR] = $1} END {print v[1], v[int((NR + 1) / 2)]}')

@@ -146,11 +146,11 @@ func analyzeFile(name string, port uint16, cfg analyze.Config, lad [2]int) (*ana
 			break
 		}
 		k, err := d.Decode(data, ci, lt, &rec)
-		if errors.Is(err, pcap.ErrLinkType) {
-			a.AddOtherLinkType(lt)
-			continue
-		}
 		if err != nil {
+			if errors.Is(err, pcap.ErrLinkType) {
+				a.AddOtherLinkType(lt)
+				continue
+			}
 			return nil, nil, fmt.Errorf("%s: frame %d: %w", name, n, err)
 		}
 		if n == 1 {
