@@ -236,9 +236,8 @@ func (p *Packet) AppendTransport(b []byte) ([]byte, error) {
 }
 
 // AppendHeadersICRC appends p's headers (AppendHeaders: BTH and extended
-// headers) to b and returns the ICRC (IBTA Annex A17.8; see ICRC) the
-// packet carries inside the IP and UDP headers that e describes, computed
-// over those headers, p.Payload
+// headers) to b and returns the ICRC the packet carries inside the IP and
+// UDP headers that e describes, computed over those headers, p.Payload
 // where it lies and the pad, without copying the payload. A sender that
 // hands the kernel the headers, the payload and the pad with the ICRC as
 // separate pieces (one iovec each) puts on the wire what Append builds.
