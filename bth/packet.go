@@ -1,9 +1,6 @@
 package bth
 
-import (
-	"encoding/binary"
-	"hash/crc32"
-)
+import "encoding/binary"
 
 // Packet is one RoCEv2 transport packet: the BTH, the extended headers its
 // opcode calls for, the payload and the ICRC. Only the extended headers named
@@ -233,36 +230,6 @@ func (p *Packet) AppendTransport(b []byte) ([]byte, error) {
 		b = append(b, 0)
 	}
 	return b, nil
-}
-
-// AppendHeadersICRC appends p's headers (AppendHeaders: BTH and extended
-// headers) to b and returns the ICRC the packet carries inside the IP and
-// UDP headers that e describes, computed over those headers, p.Payload
-// where it lies and the pad, without copying the payload. A sender that
-// hands the kernel the headers, the payload and the pad with the ICRC as
-// separate pieces (one iovec each) puts on the wire what Append builds.
-// On error b is returned unchanged. It does not allocate beyond b's growth.
-func (p *Packet) AppendHeadersICRC(b []byte, e *Encap) ([]byte, uint32, error) {
-	orig := b
-	b, err := p.AppendHeaders(b)
-	if err != nil {
-		return orig, 0, err
-	}
-	hdr := b[len(orig):]
-	pad := PadLen(len(p.Payload))
-	var ipudp [IPv6Len + UDPLen]byte
-	h, err := e.appendIPUDP(ipudp[:0], len(hdr)+len(p.Payload)+pad+ICRCLen, false) // the ICRC masks the IPv4 checksum
-	if err != nil {
-		return orig, 0, err
-	}
-	n := len(h) - UDPLen
-	crc, err := ICRC(h[:n], h[n:], hdr)
-	if err != nil {
-		return orig, 0, err
-	}
-	crc = crc32.Update(crc, crc32.IEEETable, p.Payload)
-	var zeros [3]byte
-	return b, update(crc, zeros[:pad]), nil
 }
 
 // Append appends the whole UDP payload of p, ICRC included, as it travels

@@ -191,9 +191,6 @@ type QP struct {
 	attr      Attr
 	destroyed bool
 	Counters  Counters
-	// payloadInPlace: the last packet's payload is a view of its send
-	// WQE's memory (PayloadInPlace).
-	payloadInPlace bool
 
 	typ    QPType
 	srq    *SRQ
@@ -691,10 +688,8 @@ func (q *QP) handle(now time.Time, p *bth.Packet, ecn bth.ECN, ri *RecvInfo) {
 // whether there was one. Responder output (ACKs, NAKs, READ responses)
 // goes first, then new or retransmitted requests while the window and the
 // RNR timer allow. out.Payload may alias a memory region or the QP's
-// scratch buffer: encode it before calling NextPacket again, unless
-// PayloadInPlace says otherwise.
+// scratch buffer: encode it before calling NextPacket again.
 func (q *QP) NextPacket(now time.Time, out *bth.Packet) bool {
-	q.payloadInPlace = false
 	if q.nextCNP(out) {
 		q.Counters.SentPackets++
 		return true
@@ -709,19 +704,6 @@ func (q *QP) NextPacket(now time.Time, out *bth.Packet) bool {
 	}
 	return false
 }
-
-// PayloadInPlace reports whether the payload of the packet NextPacket
-// last handed out is a view of the memory of the send work request it
-// belongs to (an RC SEND or RDMA WRITE whose SGEs are contiguous there:
-// its work request completes only on the peer's ACK, where a UC or UD
-// send completes as its last packet is handed out), not
-// of the QP's scratch buffer or of memory the peer reads (READ
-// responses). Such a payload stays valid after the next NextPacket, and
-// the application may not change it until the work request completes
-// (ibv_post_send's rule), so a sender may hand it to the kernel by
-// reference instead of copying it, provided the send is done before the
-// work request can complete.
-func (q *QP) PayloadInPlace() bool { return q.payloadInPlace }
 
 // PostSend queues a send work request, as ibv_post_send. The SGEs are
 // checked now; a request whose SGEs name no valid local memory completes

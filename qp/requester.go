@@ -279,9 +279,6 @@ func (r *requester) next(now time.Time, out *bth.Packet) bool {
 		out.IETH = bth.IETH(w.wr.InvalidateRKey)
 		if b, ok := w.sgl.contiguous(off, n); ok {
 			out.Payload = b
-			// RC only: a UC or UD send completes as its last packet is
-			// handed out, before the sender has written it.
-			q.payloadInPlace = n > 0 && !q.unrel
 		} else {
 			if cap(r.scratch) < n {
 				r.scratch = make([]byte, mtu)

@@ -53,17 +53,6 @@ type Conn interface {
 	Close() error
 }
 
-// vecParts are the parts of a datagram after its Data, for a Conn that
-// sends a datagram from several buffers (the Linux UDP Conn's
-// writeBatchVec): the payload where it lies in a memory region, and the
-// tail (pad and ICRC). Either may be empty.
-type vecParts struct{ payload, tail []byte }
-
-// vecWriter is a Conn that sends datagrams in parts (vecParts).
-type vecWriter interface {
-	writeBatchVec(ds []Datagram, vs []vecParts) (int, error)
-}
-
 // ErrTooBig is returned for a datagram larger than the Conn can carry.
 var ErrTooBig = errors.New("transport: datagram too large")
 

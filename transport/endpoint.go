@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -220,19 +219,9 @@ type Endpoint struct {
 	timerAt time.Time
 	arena   []byte
 	batch   []Datagram
-	// vec is the Conn itself when it sends datagrams in parts (the Linux
-	// UDP Conn with no decorator around it): then an RC request's payload
-	// leaves from its memory region (parts[i] for batch[i]; inPlace
-	// counts such datagrams in the batch) instead of being copied into
-	// the arena.
-	vec     vecWriter
-	parts   []vecParts
-	inPlace int
-	// inPlaceSent counts the datagrams sent so (for tests).
-	inPlaceSent uint64
-	pkt         bth.Packet
-	rx          bth.Packet
-	done        chan struct{}
+	pkt     bth.Packet
+	rx      bth.Packet
+	done    chan struct{}
 	// CM answers of an Endpoint without QP1 (gsi.go)
 	gsiOut []gsiAnswer
 	gsiPSN bth.PSN
@@ -249,7 +238,6 @@ func NewEndpoint(conn Conn, opts Options) *Endpoint {
 	}
 	ep := &Endpoint{conn: conn, opts: opts, log: log, clock: clockOr(opts.Clock), qps: map[uint32]*QP{}, dev: qp.NewDevice(), done: make(chan struct{})}
 	_, ep.onNetwork = innermost(conn).(*memConn)
-	ep.vec, _ = conn.(vecWriter)
 	ep.sendFn = ep.sendLoop
 	ep.sendIdle.L = &ep.mu
 	if opts.BusyPoll > 0 {
@@ -517,31 +505,18 @@ func (ep *Endpoint) sendLoop() {
 func (ep *Endpoint) sendBatchLocked(now time.Time) bool {
 	ep.arena = ep.arena[:0]
 	ep.batch = ep.batch[:0]
-	ep.parts = ep.parts[:0]
-	ep.inPlace = 0
 	full := ep.collectLocked(now)
 	ep.appendGSILocked() // a few CM answers at most (gsiQueueLen)
 	if len(ep.batch) == 0 {
 		return false
 	}
 	ep.sending, ep.pending = true, false
-	inPlace := ep.inPlace
 	ep.mu.Unlock()
-	var n int
-	var err error
-	if inPlace > 0 {
-		for len(ep.parts) < len(ep.batch) {
-			ep.parts = append(ep.parts, vecParts{}) // the CM answers appended after the QPs' packets
-		}
-		n, err = ep.vec.writeBatchVec(ep.batch, ep.parts)
-	} else {
-		n, err = ep.conn.WriteBatch(ep.batch)
-	}
+	n, err := ep.conn.WriteBatch(ep.batch)
 	ep.mu.Lock()
 	ep.sending = false
 	ep.sendIdle.Broadcast()
 	ep.stats.Sent += uint64(n)
-	ep.inPlaceSent += uint64(inPlace)
 	if err != nil {
 		ep.stats.SendErrors += uint64(len(ep.batch) - n)
 		if !ep.closed || !errors.Is(err, net.ErrClosed) {
@@ -549,7 +524,6 @@ func (ep *Endpoint) sendBatchLocked(now time.Time) bool {
 		}
 	}
 	clear(ep.batch) // the arena is reused; drop the slices into it
-	clear(ep.parts) // and those into the memory regions
 	more := full || ep.pending
 	ep.pending = false
 	return more
@@ -584,30 +558,14 @@ func (ep *Endpoint) collectLocked(now time.Time) bool {
 			}
 			start := len(ep.arena)
 			var err error
-			var parts vecParts
-			if ep.vec != nil && len(ep.pkt.Payload) >= inPlaceMin && q.q.PayloadInPlace() {
-				parts, err = ep.appendInPlaceLocked(q)
-			} else {
-				ep.arena, err = ep.pkt.Append(ep.arena, &q.encap)
-			}
+			ep.arena, err = ep.pkt.Append(ep.arena, &q.encap)
 			if err != nil {
 				ep.stats.EncodeErrors++
 				ep.log.Error("cannot encode packet", "qpn", q.q.QPN, "err", err)
 				continue
 			}
-			end := len(ep.arena)
-			if parts.tail != nil {
-				end -= len(parts.tail)
-				ep.inPlace++
-			}
-			d := Datagram{Data: ep.arena[start:end:end], Src: q.src, Dst: q.dst,
+			d := Datagram{Data: ep.arena[start:len(ep.arena):len(ep.arena)], Src: q.src, Dst: q.dst,
 				TOS: q.encap.TrafficClass, TTL: q.encap.HopLimit}
-			if ep.vec != nil {
-				for len(ep.parts) < len(ep.batch) {
-					ep.parts = append(ep.parts, vecParts{})
-				}
-				ep.parts = append(ep.parts, parts)
-			}
 			if ep.pkt.BTH.Opcode == bth.CNP {
 				d.TOS = q.cnpTOS
 			}
@@ -622,28 +580,6 @@ func (ep *Endpoint) collectLocked(now time.Time) bool {
 		}
 	}
 	return false
-}
-
-// inPlaceMin is the smallest payload sent from its memory region in
-// place (Endpoint.vec) rather than copied next to its headers: below it
-// an iovec more costs about what the copy saves.
-const inPlaceMin = 256
-
-// appendInPlaceLocked encodes ep.pkt, whose payload is a view of its send
-// WQE's memory (qp.QP.PayloadInPlace), as headers and a tail (pad and
-// ICRC) in the arena, the headers first, and returns the parts that
-// follow the headers on the wire: the payload where it lies, and the
-// tail. The ICRC is computed over the payload in place.
-func (ep *Endpoint) appendInPlaceLocked(q *QP) (vecParts, error) {
-	b, crc, err := ep.pkt.AppendHeadersICRC(ep.arena, &q.encap)
-	if err != nil {
-		return vecParts{}, err
-	}
-	hdrEnd := len(b)
-	b = append(b, make([]byte, bth.PadLen(len(ep.pkt.Payload)))...)
-	b = binary.LittleEndian.AppendUint32(b, crc)
-	ep.arena = b
-	return vecParts{payload: ep.pkt.Payload, tail: b[hdrEnd:len(b):len(b)]}, nil
 }
 
 // PD is a protection domain of an Endpoint.

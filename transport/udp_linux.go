@@ -568,28 +568,12 @@ func (c *udpConn) cmsgs(b []byte, tos, ttl uint8, seg int) int {
 // size (the last may be shorter), TOS and TTL leave as one message with a
 // UDP_SEGMENT control message (gsoRun says how many). The count returned
 // is of datagrams.
-func (c *udpConn) WriteBatch(ds []Datagram) (int, error) { return c.writeBatch(ds, nil) }
-
-// writeBatchVec is WriteBatch for datagrams in parts: datagram i is
-// ds[i].Data followed by vs[i].payload and vs[i].tail (len(vs) ==
-// len(ds)), each part its own iovec, so that a payload leaves from where
-// it lies (a memory region) instead of being copied next to its headers
-// first. The kernel gathers the parts; with GSO it cuts the concatenated
-// parts of a run by the segment size, as it does whole datagrams.
-func (c *udpConn) writeBatchVec(ds []Datagram, vs []vecParts) (int, error) {
-	if len(vs) != len(ds) {
-		return 0, fmt.Errorf("transport: %d datagrams with %d part lists", len(ds), len(vs))
-	}
-	return c.writeBatch(ds, vs)
-}
-
-// writeBatch is WriteBatch, and writeBatchVec with vs.
-func (c *udpConn) writeBatch(ds []Datagram, vs []vecParts) (int, error) {
+func (c *udpConn) WriteBatch(ds []Datagram) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if len(ds) > len(c.whdrs) {
 		k := max(len(ds), 64)
-		c.whdrs, c.wiov, c.wnames = make([]mmsghdr, k), make([]unix.Iovec, k*maxParts), make([]unix.RawSockaddrInet6, k)
+		c.whdrs, c.wiov, c.wnames = make([]mmsghdr, k), make([]unix.Iovec, k), make([]unix.RawSockaddrInet6, k)
 		c.woob, c.wcount = make([]byte, k*woobLen), make([]int, k)
 	}
 	sent := 0
@@ -607,11 +591,7 @@ func (c *udpConn) writeBatch(ds []Datagram, vs []vecParts) (int, error) {
 		}
 		c.mu.Unlock()
 		gso := c.gso.Load()
-		var run []vecParts
-		if vs != nil {
-			run = vs[sent:end]
-		}
-		n, refused, err := c.sendRun(s, ds[sent:end], run, gso)
+		n, refused, err := c.sendRun(s, ds[sent:end], gso)
 		sent += n
 		if refused > 0 {
 			// The kernel refused a UDP_SEGMENT message (EIO: no checksum
@@ -619,10 +599,7 @@ func (c *udpConn) writeBatch(ds []Datagram, vs []vecParts) (int, error) {
 			// GSO refused outright). Its datagrams go again one by one:
 			// if they leave, GSO was at fault and stays off for good.
 			var n2 int
-			if vs != nil {
-				run = vs[sent:end]
-			}
-			n2, _, err = c.sendRun(s, ds[sent:end], run, false)
+			n2, _, err = c.sendRun(s, ds[sent:end], false)
 			if n2 >= refused {
 				c.gso.Store(false)
 				c.setGSOOff(fmt.Sprintf("the kernel refused a UDP_SEGMENT send: %v", c.gsoErrno))
@@ -659,32 +636,18 @@ func gsoSafe(dst netip.Addr) bool {
 	return !a.Is4() || a.IsLoopback()
 }
 
-// maxParts is the most iovecs one datagram takes: its Data, and with
-// writeBatchVec a payload and a tail.
-const maxParts = 3
-
-// dgramLen is the length of datagram i of ds, with its parts vs (nil:
-// none).
-func dgramLen(ds []Datagram, vs []vecParts, i int) int {
-	n := len(ds[i].Data)
-	if vs != nil {
-		n += len(vs[i].payload) + len(vs[i].tail)
-	}
-	return n
-}
-
-// gsoRun returns how many datagrams from ds[0] (with their parts vs, nil
-// for none) can leave in one UDP_SEGMENT send: same destination, TOS and
-// TTL, the size of ds[0], except that the last may be shorter.
-func gsoRun(ds []Datagram, vs []vecParts) int {
-	size := dgramLen(ds, vs, 0)
+// gsoRun returns how many datagrams from ds[0] can leave in one
+// UDP_SEGMENT send: same destination, TOS and TTL, the size of ds[0],
+// except that the last may be shorter.
+func gsoRun(ds []Datagram) int {
+	size := len(ds[0].Data)
 	if size == 0 {
 		return 1
 	}
 	total, n := size, 1
 	for n < len(ds) && n < maxGSOSegments {
 		d := &ds[n]
-		l := dgramLen(ds, vs, n)
+		l := len(d.Data)
 		if l == 0 || l > size || total+l > maxGSOBytes || d.Dst != ds[0].Dst || d.TOS != ds[0].TOS || d.TTL != ds[0].TTL {
 			break
 		}
@@ -701,17 +664,13 @@ func gsoRun(ds []Datagram, vs []vecParts) int {
 // socket's buffer is full). It returns the datagrams sent and, when the
 // kernel refused a UDP_SEGMENT message with EIO or EINVAL, the number of
 // datagrams that message held (the ones after it are not sent).
-func (c *udpConn) sendRun(s *sender, ds []Datagram, vs []vecParts, gso bool) (sent, refused int, err error) {
-	m, iv := 0, 0
+func (c *udpConn) sendRun(s *sender, ds []Datagram, gso bool) (sent, refused int, err error) {
+	m := 0
 	for i := 0; i < len(ds); m++ {
 		k := 1
 		d := &ds[i]
 		if gso && gsoSafe(d.Dst.Addr()) {
-			var rest []vecParts
-			if vs != nil {
-				rest = vs[i:]
-			}
-			k = gsoRun(ds[i:], rest)
+			k = gsoRun(ds[i:])
 		}
 		ttl := d.TTL
 		if ttl == 0 {
@@ -720,24 +679,24 @@ func (c *udpConn) sendRun(s *sender, ds []Datagram, vs []vecParts, gso bool) (se
 		oob := c.woob[m*woobLen : (m+1)*woobLen]
 		seg := 0
 		if k > 1 {
-			seg = dgramLen(ds, vs, i)
+			seg = len(d.Data)
 		}
 		oobLen := c.cmsgs(oob, d.TOS, ttl, seg)
 		namelen, err := c.sockaddr(&c.wnames[m], d.Dst)
 		if err != nil {
 			return 0, 0, err
 		}
-		first := iv
 		for j := range k {
-			iv = c.iovec(iv, ds[i+j].Data, true)
-			if vs != nil {
-				iv = c.iovec(iv, vs[i+j].payload, false)
-				iv = c.iovec(iv, vs[i+j].tail, false)
+			v := &c.wiov[i+j]
+			v.Base = nil
+			if b := ds[i+j].Data; len(b) > 0 {
+				v.Base = &b[0]
 			}
+			v.SetLen(len(ds[i+j].Data))
 		}
 		h := &c.whdrs[m]
-		h.hdr = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&c.wnames[m])), Namelen: namelen, Iov: &c.wiov[first], Control: &oob[0]}
-		h.hdr.SetIovlen(iv - first)
+		h.hdr = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&c.wnames[m])), Namelen: namelen, Iov: &c.wiov[i], Control: &oob[0]}
+		h.hdr.SetIovlen(k)
 		h.hdr.SetControllen(oobLen)
 		h.n = 0
 		c.wcount[m] = k
@@ -746,7 +705,7 @@ func (c *udpConn) sendRun(s *sender, ds []Datagram, vs []vecParts, gso bool) (se
 	c.wk, c.wn, c.werrno = m, 0, 0
 	err = s.raw.Write(c.writeFn)
 	// Drop the references to the caller's buffers.
-	for i := range iv {
+	for i := range ds {
 		c.wiov[i].Base = nil
 	}
 	for _, k := range c.wcount[:c.wn] {
@@ -767,22 +726,6 @@ func (c *udpConn) sendRun(s *sender, ds []Datagram, vs []vecParts, gso bool) (se
 		}
 	}
 	return sent, 0, err
-}
-
-// iovec sets c.wiov[i] to b and returns the next index; an empty b takes
-// an iovec only when always (a datagram's Data, so that an empty datagram
-// is still one message).
-func (c *udpConn) iovec(i int, b []byte, always bool) int {
-	if len(b) == 0 && !always {
-		return i
-	}
-	v := &c.wiov[i]
-	v.Base = nil
-	if len(b) > 0 {
-		v.Base = &b[0]
-	}
-	v.SetLen(len(b))
-	return i + 1
 }
 
 // sendmmsg is the RawConn write function: it sends the wk prepared

@@ -191,7 +191,7 @@ func TestGSORun(t *testing.T) {
 	d := func(size int, dst netip.AddrPort, tos, ttl uint8) Datagram {
 		return Datagram{Data: make([]byte, size), Dst: dst, TOS: tos, TTL: ttl}
 	}
-	run := func(ds ...Datagram) int { return gsoRun(ds, nil) }
+	run := func(ds ...Datagram) int { return gsoRun(ds) }
 	assert.Equal(t, 1, run(d(100, x, 0, 0)))
 	assert.Equal(t, 3, run(d(100, x, 0, 0), d(100, x, 0, 0), d(100, x, 0, 0)))
 	assert.Equal(t, 2, run(d(100, x, 0, 0), d(50, x, 0, 0), d(50, x, 0, 0)), "a shorter one ends a run")
@@ -205,15 +205,15 @@ func TestGSORun(t *testing.T) {
 	for range 100 {
 		many = append(many, d(10, x, 0, 0))
 	}
-	assert.Equal(t, 64, gsoRun(many, nil), "UDP_MAX_SEGMENTS")
+	assert.Equal(t, 64, gsoRun(many), "UDP_MAX_SEGMENTS")
 	many = many[:0]
 	for range 20 {
 		many = append(many, d(4124, x, 0, 0))
 	}
-	assert.Equal(t, 15, gsoRun(many, nil), "65507 bytes a send")
+	assert.Equal(t, 15, gsoRun(many), "65507 bytes a send")
 	many[14].Data = many[14].Data[:4124-20]
 	many[15].Data = many[15].Data[:10]
-	assert.Equal(t, 15, gsoRun(many, nil), "a shorter last one that fits")
+	assert.Equal(t, 15, gsoRun(many), "a shorter last one that fits")
 }
 
 // GSO stays off over IPv4 off loopback (the segments' IP IDs would count
