@@ -143,14 +143,11 @@ func (t *T) peerReads(n int) []*Frame {
 // impliedNAK lets the peer's first READ go unanswered and answers its
 // second, with the first packet of its READ response or (ack) with an ACK
 // at its PSN: past the first READ, which the peer must then take as lost
-// and resend at once, with the same RETH. "At once" is within
-// impliedNAKBound and within half the peer's ACK timer, which the case
-// measures afterwards by answering nothing more until the timer resends
-// the READ again: a peer without the implied NAK whose timer is shorter
-// than the bound would otherwise pass on its timer. The timer is measured
-// after, not before, the skip: rxe's completer ignores an implied NAK
-// while a retry it began is under way (rxe_comp.c, started_retry), so a
-// timer resend first would test that rule instead.
+// and resend at once, with the same RETH. Only a resend that arrives
+// after the skip was sent counts: one before it (the peer's ACK timer
+// ran out while the prober answered) proves nothing either way. A peer
+// whose ACK timer is shorter than impliedNAKBound can pass on its timer
+// alone (docs/conform.md).
 func impliedNAK(ack bool) func(t *T) {
 	return func(t *T) {
 		reads := t.peerReads(2)
@@ -171,37 +168,23 @@ func impliedNAK(ack bool) func(t *T) {
 		if skip == nil {
 			return
 		}
-		resent := func(f *Frame) bool { return isRequest(f) && f.Pkt.BTH.PSN == a.Pkt.BTH.PSN }
-		_, again := t.Until(t.Wait, resent)
-		if again == nil {
+		_, again := t.Until(t.Wait, func(f *Frame) bool {
+			return isRequest(f) && f.Pkt.BTH.PSN == a.Pkt.BTH.PSN && !f.At.Before(skip[0].At)
+		})
+		var took time.Duration
+		if again != nil {
+			took = again.At.Sub(skip[0].At)
+		}
+		switch {
+		case again == nil:
 			t.Failf([]*Frame{a, b, skip[0]}, "after %s past the READ at PSN %d the peer did not resend it within %v", skip[0], a.Pkt.BTH.PSN, t.Wait)
-			return
-		}
-		took := again.At.Sub(skip[0].At)
-		if again.Pkt.BTH.Opcode != bth.RCReadRequest || again.Pkt.RETH != a.Pkt.RETH {
-			t.Failf([]*Frame{a, again}, "the READ at PSN %d was resent as %s with RETH %+v, want a READ request with RETH %+v", a.Pkt.BTH.PSN, again, again.Pkt.RETH, a.Pkt.RETH)
-			return
-		}
-		if took > impliedNAKBound {
+		case took > impliedNAKBound:
 			t.Failf([]*Frame{a, skip[0], again}, "the READ at PSN %d was resent %v after %s, later than %v: its ACK timer, not the implied NAK", a.Pkt.BTH.PSN, took, skip[0], impliedNAKBound)
-			return
-		}
-		// Nothing more is answered: the peer's ACK timer resends the READ
-		// again, one timeout after the resend.
-		_, timer := t.Until(t.Wait, resent)
-		if timer == nil {
-			// A timer of more than t.Wait cannot have made a resend
-			// within impliedNAKBound.
+		case again.Pkt.BTH.Opcode != bth.RCReadRequest || again.Pkt.RETH != a.Pkt.RETH:
+			t.Failf([]*Frame{a, again}, "the READ at PSN %d was resent as %s with RETH %+v, want a READ request with RETH %+v", a.Pkt.BTH.PSN, again, again.Pkt.RETH, a.Pkt.RETH)
+		default:
 			t.Evidence(a, b, skip[0], again)
-			t.Logf("resent after %v (the ACK timer did not resend it again within %v)", took.Round(time.Microsecond), t.Wait)
-			return
+			t.Logf("resent after %v", took.Round(time.Microsecond))
 		}
-		ackTimer := timer.At.Sub(again.At)
-		if took > ackTimer/2 {
-			t.Failf([]*Frame{a, skip[0], again, timer}, "the READ at PSN %d was resent %v after %s, more than half the peer's ACK timer, which resent it again %v after that: its ACK timer, not the implied NAK", a.Pkt.BTH.PSN, took, skip[0], ackTimer)
-			return
-		}
-		t.Evidence(a, b, skip[0], again, timer)
-		t.Logf("resent after %v (the ACK timer: %v)", took.Round(time.Microsecond), ackTimer.Round(time.Microsecond))
 	}
 }

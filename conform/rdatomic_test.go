@@ -51,24 +51,8 @@ func TestImpliedNAKLateResendFails(t *testing.T) {
 	})
 }
 
-// A requester without the implied NAK whose ACK timer is short (timeout
-// code 8, about 1 ms: far under impliedNAKBound) resends the READ on its
-// timer about as soon as an implied NAK would; the cases tell it apart by
-// the timer they measured first, and fail it.
-func TestImpliedNAKShortTimerFails(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		wrap := func(c transport.Conn) transport.Conn { return deafRequester{c} }
-		rep := runSelf(t, SelfOptions{Seed: 9, WrapConn: wrap, ACKTimeout: 8}, casesNamed(t, "implied-nak-read-response", "implied-nak-ack"))
-		for _, r := range rep.Cases {
-			t.Logf("%s: %s %v %s", r.Name, r.Verdict, r.Frames, r.Detail)
-			if r.Verdict != Fail || !strings.Contains(r.Detail, "more than half the peer's ACK timer, which resent it again") {
-				t.Errorf("a requester without the implied NAK, ACK timeout code 8: %s is %s (%s), want fail", r.Name, r.Verdict, r.Detail)
-			}
-		}
-	})
-}
-
-// The same requester with the implied NAK passes with that short timer.
+// A requester with the implied NAK and a short ACK timer (timeout code 8,
+// about 1 ms) passes.
 func TestImpliedNAKShortTimerPasses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rep := runSelf(t, SelfOptions{Seed: 9, ACKTimeout: 8}, casesNamed(t, "implied-nak-read-response", "implied-nak-ack"))

@@ -44,7 +44,7 @@ func (c *ccFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.profile, "profile", cc.ProfileMLX5, "DCQCN parameter `profile` of both points: paper, mlx5 or hpcc (as roce-emu dcqcn)")
 	fs.Var(&c.params, "param", "set one DCQCN parameter by its mlx5 name, NAME=VALUE (repeatable), as roce-emu dcqcn; e.g. min_time_between_cnps=50 or rpg_ai_rate=10")
 	fs.StringVar(&c.lineRate, "line-rate", "10", "with --dcqcn, the port speed DCQCN starts at and climbs back to (Gb/s, or 25Gbps, 100Mbps)")
-	fs.DurationVar(&c.peerTimeout, "peer-timeout", defaultPeerTimeout, "end the run with an error when the QPs have work outstanding and not one RoCEv2 packet has come from the peer for this long (a peer stopped or a dead path; retry_cnt 7 never runs out, as on rxe); 0: never")
+	fs.DurationVar(&c.peerTimeout, "peer-timeout", defaultPeerTimeout, "once traffic runs, end the run with an error when not one RoCEv2 packet has come from the peer for this long (a peer stopped or a dead path; retry_cnt 7 never runs out, as on rxe); keep it well above the ACK timeout (-u); 0: never")
 	fs.StringVar(&c.via, "roce-via", "", "send RoCEv2 packets to this `address:port` (e.g. a roce-emu switch port) instead of the address and --udp-port of the peer; the peer's packets are taken from that address")
 }
 
