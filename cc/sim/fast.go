@@ -50,8 +50,10 @@ import (
 // first difference everything is the same, and the first difference is
 // such a tie).
 
-// maxTrain bounds the packets a flow sends in one run ahead, and so the
-// memory of its packets in flight.
+// maxTrain bounds the packets a flow sends in one call of runAhead. It
+// does not bound its packets in flight: advance calls runAhead until the
+// flow reaches the event it is advanced to, so a flow holds what it sends
+// in (delay + transmission time), as the per-packet run's events do.
 const maxTrain = 1024
 
 // A packet on its way to the port is the cc.TrainSend that sent it: sent

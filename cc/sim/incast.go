@@ -279,6 +279,12 @@ type times struct {
 func (t *times) push(at time.Duration) {
 	if t.head == len(t.q) {
 		t.q, t.head = t.q[:0], 0
+	} else if t.head >= 4096 && t.head*2 >= len(t.q) {
+		// A queue that never empties (a flow with a packet always in a
+		// full port) is compacted, as fifo is, so that its memory is
+		// bounded by what it holds, not by the run's length.
+		n := copy(t.q, t.q[t.head:])
+		t.q, t.head = t.q[:n], 0
 	}
 	t.q = append(t.q, at)
 }
