@@ -57,8 +57,10 @@ func (c *QueueConfig) Check() error {
 		return fmt.Errorf("cc: Pmax %g must be in [0, 1]", c.PMax)
 	case c.PFC && (c.XON <= 0 || c.XOFF <= c.XON || c.XOFF > c.Buffer-PFCHeadroom):
 		return fmt.Errorf("cc: PFC needs 0 < XON (%d) < XOFF (%d) <= buffer (%d) - %d bytes of headroom for packets in flight", c.XON, c.XOFF, c.Buffer, PFCHeadroom)
-	case !(c.LineRate > 0) || c.LineRate > MaxLineRate || math.IsNaN(c.PMax):
-		return fmt.Errorf("cc: queue line rate must be positive and at most %v, Pmax a number", MaxLineRate)
+	case math.IsNaN(c.PMax):
+		return fmt.Errorf("cc: Pmax must be a number in [0, 1]")
+	case !(c.LineRate > 0) || c.LineRate > MaxLineRate:
+		return fmt.Errorf("cc: queue line rate %v must be positive and at most %v", c.LineRate, MaxLineRate)
 	}
 	return nil
 }

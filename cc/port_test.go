@@ -1,6 +1,7 @@
 package cc
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -169,6 +170,25 @@ func TestNewPortRefuses(t *testing.T) {
 	} {
 		_, err := NewPort(c, 1)
 		assert.Error(t, err, "%+v", c)
+	}
+	// Each refusal names the value at fault, not another.
+	for _, c := range []struct {
+		cfg  QueueConfig
+		want string
+	}{
+		{QueueConfig{LineRate: Rate(math.NaN()), Buffer: 1000}, "cc: queue line rate NaNb/s must be positive"},
+		{QueueConfig{LineRate: 2 * MaxLineRate, Buffer: 1000}, "must be positive and at most"},
+		{QueueConfig{LineRate: Gbps, Buffer: 1000, PMax: math.NaN()}, "cc: Pmax must be a number in [0, 1]"},
+	} {
+		_, err := NewPort(c.cfg, 1)
+		if assert.Error(t, err, "%+v", c.cfg) {
+			assert.Contains(t, err.Error(), c.want)
+			if c.cfg.PMax == c.cfg.PMax {
+				assert.NotContains(t, err.Error(), "Pmax")
+			} else {
+				assert.NotContains(t, err.Error(), "line rate")
+			}
+		}
 	}
 }
 
