@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -84,8 +85,30 @@ func (b *exchangeBound) explain(err error) error {
 	if err == nil || b == nil || b.finished || b.deadline.IsZero() || time.Now().Before(b.deadline) || !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	return fmt.Errorf("%v: %w", b.cause, err)
+	return stalled(b.cause, err)
 }
+
+// stalledStep is a step of the exchange that a stall ended: the stall,
+// then the step as its error names it, without the context's "context
+// canceled" or "context deadline exceeded" that the stall already says.
+// It unwraps to the step's error.
+type stalledStep struct {
+	stall *exchangeStallError
+	err   error
+}
+
+// stalled is err, a step's error, told as ended by stall.
+func stalled(stall *exchangeStallError, err error) error { return &stalledStep{stall, err} }
+
+func (e *stalledStep) Error() string {
+	step := e.err.Error()
+	for _, c := range []error{context.Canceled, context.DeadlineExceeded} {
+		step = strings.TrimSuffix(step, ": "+c.Error())
+	}
+	return e.stall.Error() + ": " + step
+}
+
+func (e *stalledStep) Unwrap() error { return e.err }
 
 // stepBound bounds the exchange's steps once traffic runs, when a step
 // may legitimately wait as long as the peer's traffic lasts (perftest's
@@ -139,7 +162,7 @@ func (b *stepBound) do(parent context.Context, f func(ctx context.Context) error
 	err := f(ctx)
 	var stall *exchangeStallError
 	if err != nil && errors.As(context.Cause(ctx), &stall) {
-		err = fmt.Errorf("%v: %w", stall, err)
+		err = stalled(stall, err)
 	}
 	cancel()
 	return err
