@@ -234,7 +234,11 @@ func (f *rpingFlags) run() (err error) {
 		var qpc string
 		var c qp.Counters
 		if s.conn != nil {
-			detail, _ = disconnectCM(s.conn)
+			wait := cmDisconnectWait
+			if errors.Is(err, errPeerSilent) {
+				wait = 0 // the peer is gone: the DREQ goes, no DREP is awaited
+			}
+			detail, _ = disconnectCMWithin(wait, s.conn)
 			c = s.conn.QP().Counters()
 			qpc = describeCounters(c)
 			s.conn.Close()

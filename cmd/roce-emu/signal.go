@@ -123,7 +123,13 @@ func signalName(s os.Signal) string {
 // programs do before they exit). It reports what happened, one phrase,
 // and how many DREQs went unanswered.
 func disconnectCM(conns ...*rdmacm.Conn) (detail string, unanswered int) {
-	ctx, cancel := context.WithTimeout(context.Background(), cmDisconnectWait)
+	return disconnectCMWithin(cmDisconnectWait, conns...)
+}
+
+// disconnectCMWithin is disconnectCM waiting at most wait for the DREPs;
+// 0 sends the DREQs without waiting (a peer already found gone, say).
+func disconnectCMWithin(wait time.Duration, conns ...*rdmacm.Conn) (detail string, unanswered int) {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	n, answered, gone := 0, 0, 0
 	for _, c := range conns {
@@ -149,7 +155,7 @@ func disconnectCM(conns ...*rdmacm.Conn) (detail string, unanswered int) {
 	case answered == n:
 		return fmt.Sprintf("DREQ sent on %d rdma_cm connection(s), each answered with a DREP", n), 0
 	}
-	return fmt.Sprintf("DREQ sent on %d rdma_cm connection(s), %d answered with a DREP within %v", n, answered, cmDisconnectWait), n - answered
+	return fmt.Sprintf("DREQ sent on %d rdma_cm connection(s), %d answered with a DREP within %v", n, answered, wait), n - answered
 }
 
 // cmCounters describes a Service's CM counters on one line, with the
