@@ -79,6 +79,9 @@ func TestPerfGOMAXPROCS(t *testing.T) {
 	assert.Equal(t, 0, perfGOMAXPROCS(false, perfProcs, "4"), "the environment's is kept")
 	assert.Equal(t, 2, perfGOMAXPROCS(true, 2, "4"), "the flag wins")
 	assert.Equal(t, 0, perfGOMAXPROCS(true, 0, ""), "0: Go's default")
+	for _, bad := range []string{"abc", "-3", "0", "1.5"} {
+		assert.Equal(t, 1, perfGOMAXPROCS(false, perfProcs, bad), "GOMAXPROCS=%s, which Go ignores, is ignored", bad)
+	}
 	for _, args := range [][]string{{"bw", "--gomaxprocs", "-1"}, {"lat", "--gomaxprocs", "1025"}} {
 		var o, e strings.Builder
 		assert.Equal(t, 2, run(args, &o, &e), "%v", args)

@@ -352,12 +352,14 @@ const perfProcs = 1
 
 // perfGOMAXPROCS is the GOMAXPROCS a run sets, 0 for none: --gomaxprocs
 // when given (0 leaves Go's default), else none when the GOMAXPROCS
-// environment variable is set (env), else perfProcs.
+// environment variable (env) holds a number of processors, which the Go
+// runtime has applied, else perfProcs: a value the runtime ignores (not
+// a positive integer) is ignored here too.
 func perfGOMAXPROCS(flagSet bool, flagVal int, env string) int {
-	switch {
-	case flagSet:
+	if flagSet {
 		return flagVal
-	case env != "":
+	}
+	if n, err := strconv.Atoi(env); err == nil && n > 0 {
 		return 0
 	}
 	return perfProcs
