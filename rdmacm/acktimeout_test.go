@@ -3,12 +3,9 @@ package rdmacm_test
 import (
 	"testing"
 	"testing/synctest"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/roce-emu/roce-emu/transport"
 )
 
 // ConnParams.ACKTimeout (rdma_set_option RDMA_OPTION_ID_ACK_TIMEOUT) is
@@ -19,11 +16,8 @@ import (
 // not finish where the same run over TCP took 11 s.
 func TestACKTimeoutOption(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := transport.NewNetwork(transport.Impairments{Delay: 10 * time.Microsecond}, 1)
-		a := newSide(t, n, "192.0.2.1", "")
-		b := newSide(t, n, "192.0.2.2", "")
-		l, err := b.svc.Listen(7174)
-		require.NoError(t, err)
+		_, a, b := newPair(t, "", "")
+		l := b.listen(t)
 		client, server := connect(t, a, b, l)
 		assert.Equal(t, uint8(19), client.QP().Attr().Timeout, "the path's, without the option")
 		assert.Equal(t, uint8(19), server.QP().Attr().Timeout)

@@ -9,32 +9,9 @@ import (
 
 	"github.com/roce-emu/roce-emu/cm"
 	"github.com/roce-emu/roce-emu/qp"
-	"github.com/roce-emu/roce-emu/rdmacm"
-	"github.com/roce-emu/roce-emu/transport"
-	"github.com/roce-emu/roce-emu/transport/transporttest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// rawPeer is a CM peer at 192.0.2.3 played by hand over a bare QP1.
-func rawPeer(t *testing.T, n *transport.Network) *transporttest.GSI {
-	t.Helper()
-	c, err := n.Listen(netip.MustParseAddrPort("192.0.2.3:4791"))
-	require.NoError(t, err)
-	raw := transport.NewEndpoint(c, transport.Options{})
-	t.Cleanup(func() { raw.Close() })
-	return transporttest.NewGSI(t, raw)
-}
-
-// recvMsg waits for the next MAD g receives and decodes it.
-func recvMsg(t *testing.T, g *transporttest.GSI) (cm.Header, cm.Message) {
-	t.Helper()
-	m, ok := g.Recv(10 * time.Minute)
-	require.True(t, ok, "no MAD came")
-	h, msg, err := cm.DecodeMAD(m.MAD)
-	require.NoError(t, err)
-	return h, msg
-}
 
 // Connection attempts that fail after the REP (the peer REJects it; the
 // REP's retries run out) leave nothing behind in the CQ the caller gives
@@ -44,12 +21,9 @@ func recvMsg(t *testing.T, g *transporttest.GSI) (cm.Header, cm.Message) {
 // take any flushed completion as fatal).
 func TestFailedAcceptLeavesNoCompletions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := transport.NewNetwork(transport.Impairments{Delay: 10 * time.Microsecond}, 1)
-		a := newSide(t, n, "192.0.2.1", "")
-		b := newSide(t, n, "192.0.2.2", "")
+		n, a, b := newPair(t, "", "")
 		g := rawPeer(t, n)
-		l, err := b.svc.Listen(7174)
-		require.NoError(t, err)
+		l := b.listen(t)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
 		rbuf := make([]byte, 64)
@@ -57,15 +31,7 @@ func TestFailedAcceptLeavesNoCompletions(t *testing.T) {
 		require.NoError(t, err)
 		p := b.params(nil)
 		p.RecvWRs = []qp.RecvWR{{WRID: 0x5150, SGEs: []qp.SGE{rmr.SGE(0, 64)}}}
-		type res struct {
-			c   *rdmacm.Conn
-			err error
-		}
-		ch := make(chan res, 1)
-		go func() {
-			c, err := l.Accept(ctx, p)
-			ch <- res{c, err}
-		}()
+		ch := acceptAsync(ctx, l, p)
 		to := b.svc.LocalAddr()
 
 		// 1: the peer rejects the REP.
@@ -122,23 +88,12 @@ func TestFailedAcceptLeavesNoCompletions(t *testing.T) {
 // takes the next request; the Listener and the Service stay open.
 func TestDREQBeforeRTUKeepsAccepting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := transport.NewNetwork(transport.Impairments{Delay: 10 * time.Microsecond}, 1)
-		a := newSide(t, n, "192.0.2.1", "")
-		b := newSide(t, n, "192.0.2.2", "")
+		n, a, b := newPair(t, "", "")
 		g := rawPeer(t, n)
-		l, err := b.svc.Listen(7174)
-		require.NoError(t, err)
+		l := b.listen(t)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
-		type res struct {
-			c   *rdmacm.Conn
-			err error
-		}
-		ch := make(chan res, 1)
-		go func() {
-			c, err := l.Accept(ctx, b.params(nil))
-			ch <- res{c, err}
-		}()
+		ch := acceptAsync(ctx, l, b.params(nil))
 		to := b.svc.LocalAddr()
 		g.Send(to, badREQ(t, 0x73, to, func(*cm.REQ) {}))
 		_, msg := recvMsg(t, g)
@@ -178,22 +133,18 @@ func TestDREQBeforeRTUKeepsAccepting(t *testing.T) {
 // they are sent.
 func TestAbandonedAttemptsSendREJ(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := transport.NewNetwork(transport.Impairments{Delay: 10 * time.Microsecond}, 1)
+		n := newNet()
 		b := newSide(t, n, "192.0.2.2", "")
 		g := rawPeer(t, n)
 		peer := netip.MustParseAddr("192.0.2.3")
 
 		ctx, cancel := context.WithCancel(context.Background())
-		dialed := make(chan error, 1)
-		go func() {
-			_, err := b.svc.Dial(ctx, peer, 7174, b.params(nil))
-			dialed <- err
-		}()
+		dialed := dialAsync(ctx, b, peer, b.params(nil))
 		_, msg := recvMsg(t, g)
 		req, ok := msg.(*cm.REQ)
 		require.True(t, ok, "a REQ, not %v", msg.Attr())
 		cancel()
-		require.ErrorIs(t, <-dialed, context.Canceled)
+		require.ErrorIs(t, (<-dialed).err, context.Canceled)
 		dctx, dcancel := context.WithTimeout(context.Background(), time.Second)
 		defer dcancel()
 		require.NoError(t, b.svc.Drain(dctx))
@@ -206,21 +157,16 @@ func TestAbandonedAttemptsSendREJ(t *testing.T) {
 		assert.Equal(t, uint64(1), b.svc.Stats().Abandoned)
 		assert.Zero(t, b.svc.Stats().QPs)
 
-		l, err := b.svc.Listen(7174)
-		require.NoError(t, err)
+		l := b.listen(t)
 		actx, acancel := context.WithCancel(context.Background())
-		accepted := make(chan error, 1)
-		go func() {
-			_, err := l.Accept(actx, b.params(nil))
-			accepted <- err
-		}()
+		accepted := acceptAsync(actx, l, b.params(nil))
 		to := b.svc.LocalAddr()
 		g.Send(to, badREQ(t, 0x73, to, func(*cm.REQ) {}))
 		_, msg = recvMsg(t, g)
 		rep, ok := msg.(*cm.REP)
 		require.True(t, ok, "a REP, not %v", msg.Attr())
 		acancel()
-		require.ErrorIs(t, <-accepted, context.Canceled)
+		require.ErrorIs(t, (<-accepted).err, context.Canceled)
 		require.NoError(t, b.svc.Drain(dctx))
 		_, msg = recvMsg(t, g)
 		rej, ok = msg.(*cm.REJ)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/roce-emu/roce-emu/cm"
-	"github.com/roce-emu/roce-emu/rdmacm"
 	"github.com/roce-emu/roce-emu/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -22,7 +21,7 @@ import (
 // still connects, with one REQ resent and one MRA on the wire.
 func TestSlowAcceptGetsMRA(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := transport.NewNetwork(transport.Impairments{Delay: 10 * time.Microsecond}, 1)
+		n := newNet()
 		var mu sync.Mutex
 		sent := map[string][]cm.AttrID{}
 		watch := func(who string) transport.Observer {
@@ -40,19 +39,10 @@ func TestSlowAcceptGetsMRA(t *testing.T) {
 		}
 		a := newObservedSide(t, n, "192.0.2.1", transport.Options{}, watch("a"))
 		b := newObservedSide(t, n, "192.0.2.2", transport.Options{}, watch("b"))
-		l, err := b.svc.Listen(7174)
-		require.NoError(t, err)
+		l := b.listen(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		type res struct {
-			c   *rdmacm.Conn
-			err error
-		}
-		dialed := make(chan res, 1)
-		go func() {
-			c, err := a.svc.Dial(ctx, b.svc.LocalAddr(), 7174, a.params(nil))
-			dialed <- res{c, err}
-		}()
+		dialed := dialAsync(ctx, a, b.svc.LocalAddr(), a.params(nil))
 		time.Sleep(60 * time.Second) // the consumer is busy
 		mu.Lock()
 		assert.Equal(t, []cm.AttrID{cm.AttrREQ, cm.AttrREQ}, sent["a"], "one REQ resent, then none: the MRA holds it")

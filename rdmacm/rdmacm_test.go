@@ -19,78 +19,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-type side struct {
-	ep  *transport.Endpoint
-	svc *rdmacm.Service
-	pd  *transport.PD
-	cq  *transport.CQ
-}
-
-// newSide opens an Endpoint at addr on n (its outgoing packets through
-// the fault rule when one is given) with an rdma_cm Service.
-func newSide(t *testing.T, n *transport.Network, addr string, fault string) side {
-	t.Helper()
-	c, err := n.Listen(netip.AddrPortFrom(netip.MustParseAddr(addr), 4791))
-	require.NoError(t, err)
-	if fault != "" {
-		r, err := transport.ParseFault(fault)
-		require.NoError(t, err)
-		c = transport.WithFaults(c, transport.NewFaults(1, r), nil)
-	}
-	ep := transport.NewEndpoint(c, transport.Options{})
-	svc, err := rdmacm.New(ep, rdmacm.Config{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		assert.NoError(t, svc.Close())
-		ep.Close()
-	})
-	return side{ep: ep, svc: svc, pd: ep.NewPD(), cq: ep.NewCQ(64)}
-}
-
-func (s side) params(priv []byte) rdmacm.ConnParams {
-	return rdmacm.ConnParams{PD: s.pd, SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: 16, MaxRecvWR: 16, SQSigAll: true,
-		ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7, PrivateData: priv}
-}
-
-func waitWC(t *testing.T, cq *transport.CQ) qp.WC {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	wc := make([]qp.WC, 1)
-	n, err := cq.Wait(ctx, wc)
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
-	return wc[0]
-}
-
-// connect runs Accept on b and Dial from a to b's port 7174 and returns
-// both connections.
-func connect(t *testing.T, a, b side, l *rdmacm.Listener) (client, server *rdmacm.Conn) {
-	t.Helper()
-	return connectWith(t, a, b, l, a.params([]byte("req-data")), b.params([]byte("rep-data")))
-}
-
-// connectWith is connect with the parameters of each side given.
-func connectWith(t *testing.T, a, b side, l *rdmacm.Listener, ap, bp rdmacm.ConnParams) (client, server *rdmacm.Conn) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	type res struct {
-		c   *rdmacm.Conn
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		c, err := l.Accept(ctx, bp)
-		ch <- res{c, err}
-	}()
-	client, err := a.svc.Dial(ctx, b.svc.LocalAddr(), l.Port(), ap)
-	require.NoError(t, err)
-	r := <-ch
-	require.NoError(t, r.err)
-	return client, r.c
-}
-
 // transfer: the client SENDs to the server, then RDMA WRITEs into the
 // server's buffer and READs it back.
 func transfer(t *testing.T, a, b side, client, server *rdmacm.Conn, tag byte) {
@@ -132,12 +60,9 @@ func transfer(t *testing.T, a, b side, client, server *rdmacm.Conn, tag byte) {
 // the active side's DREQ.
 func TestDialAcceptTransferDisconnect(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := transport.NewNetwork(transport.Impairments{Delay: 10 * time.Microsecond}, 1)
-		a := newSide(t, n, "192.0.2.1", "")
-		b := newSide(t, n, "192.0.2.2", "")
-		l, err := b.svc.Listen(7174)
-		require.NoError(t, err)
-		_, err = b.svc.Listen(7174)
+		_, a, b := newPair(t, "", "")
+		l := b.listen(t)
+		_, err := b.svc.Listen(7174)
 		assert.ErrorIs(t, err, cm.ErrListening)
 
 		client, server := connect(t, a, b, l)
@@ -179,11 +104,8 @@ func TestDialAcceptTransferDisconnect(t *testing.T) {
 // passive side's REP retry) brings the connection up anyway.
 func TestLostREP(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := transport.NewNetwork(transport.Impairments{Delay: 10 * time.Microsecond}, 1)
-		a := newSide(t, n, "192.0.2.1", "")
-		b := newSide(t, n, "192.0.2.2", "drop:dir=out,opcode=UD_SEND_ONLY,nth=1")
-		l, err := b.svc.Listen(7174)
-		require.NoError(t, err)
+		_, a, b := newPair(t, "", "drop:dir=out,opcode=UD_SEND_ONLY,nth=1")
+		l := b.listen(t)
 		start := time.Now()
 		client, server := connect(t, a, b, l)
 		took := time.Since(start)
@@ -207,19 +129,11 @@ func TestLostREP(t *testing.T) {
 // retry, and the transfer goes through.
 func TestLostRTU(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := transport.NewNetwork(transport.Impairments{Delay: 10 * time.Microsecond}, 1)
-		a := newSide(t, n, "192.0.2.1", "drop:dir=out,opcode=UD_SEND_ONLY,nth=2")
-		b := newSide(t, n, "192.0.2.2", "")
-		l, err := b.svc.Listen(7174)
-		require.NoError(t, err)
+		_, a, b := newPair(t, "drop:dir=out,opcode=UD_SEND_ONLY,nth=2", "")
+		l := b.listen(t)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		accepted := make(chan *rdmacm.Conn, 1)
-		go func() {
-			c, err := l.Accept(ctx, b.params(nil))
-			assert.NoError(t, err)
-			accepted <- c
-		}()
+		accepted := acceptAsync(ctx, l, b.params(nil))
 		client, err := a.svc.Dial(ctx, b.svc.LocalAddr(), 7174, a.params(nil))
 		require.NoError(t, err)
 		synctest.Wait()
@@ -236,7 +150,9 @@ func TestLostRTU(t *testing.T) {
 		// QP receives, which it ACKs.
 		require.NoError(t, client.QP().PostSend(qp.SendWR{WRID: 9, Opcode: qp.IBV_WR_RDMA_WRITE, SGEs: nil}))
 		assert.Equal(t, qp.IBV_WC_SUCCESS, waitWC(t, a.cq).Status)
-		server := <-accepted
+		r := <-accepted
+		require.NoError(t, r.err)
+		server := r.c
 		require.NotNil(t, server)
 		assert.Less(t, time.Since(start), 10*time.Millisecond, "established by traffic, not by a REP retry")
 		assert.Equal(t, uint64(1), b.svc.Stats().CM.CommEstablished)
@@ -254,9 +170,7 @@ func TestLostRTU(t *testing.T) {
 // invalid service ID), not left to time out; no QP stays behind.
 func TestConnectNoListener(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := transport.NewNetwork(transport.Impairments{Delay: 10 * time.Microsecond}, 1)
-		a := newSide(t, n, "192.0.2.1", "")
-		b := newSide(t, n, "192.0.2.2", "")
+		_, a, b := newPair(t, "", "")
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		start := time.Now()
@@ -278,8 +192,7 @@ func TestConnectNoListener(t *testing.T) {
 // retries, and a ctx that ends first gives its error.
 func TestDialUnreachable(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := transport.NewNetwork(transport.Impairments{Delay: 10 * time.Microsecond}, 1)
-		a := newSide(t, n, "192.0.2.1", "")
+		a := newSide(t, newNet(), "192.0.2.1", "")
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_, err := a.svc.Dial(ctx, netip.MustParseAddr("192.0.2.9"), 7174, a.params(nil))
@@ -295,11 +208,8 @@ func TestDialUnreachable(t *testing.T) {
 // goroutine behind.
 func TestFiftyCycles(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := transport.NewNetwork(transport.Impairments{Delay: 10 * time.Microsecond}, 1)
-		a := newSide(t, n, "192.0.2.1", "")
-		b := newSide(t, n, "192.0.2.2", "")
-		l, err := b.svc.Listen(7174)
-		require.NoError(t, err)
+		_, a, b := newPair(t, "", "")
+		l := b.listen(t)
 		synctest.Wait()
 		goroutines := bubbleGoroutines(t)
 		require.Equal(t, 4, goroutines, "each side's Endpoint reader and Service")
@@ -359,9 +269,7 @@ func bubbleGoroutines(t *testing.T) int {
 // and connections still come up afterwards.
 func TestBadMADs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := transport.NewNetwork(transport.Impairments{Delay: 10 * time.Microsecond}, 1)
-		a := newSide(t, n, "192.0.2.1", "")
-		b := newSide(t, n, "192.0.2.2", "")
+		n, a, b := newPair(t, "", "")
 		// A third host sends raw datagrams to b's QP1 from a UD QP.
 		c, err := n.Listen(netip.MustParseAddrPort("192.0.2.3:4791"))
 		require.NoError(t, err)
@@ -405,8 +313,7 @@ func TestBadMADs(t *testing.T) {
 		assert.Equal(t, uint64(1), st.QP1.QKeyViolations)
 		assert.Zero(t, st.CM.MADsSent, "nothing answers garbage")
 
-		l, err := b.svc.Listen(7174)
-		require.NoError(t, err)
+		l := b.listen(t)
 		client, server := connect(t, a, b, l)
 		transfer(t, a, b, client, server, 0x40)
 		require.NoError(t, client.Close())

@@ -9,29 +9,9 @@ import (
 
 	"github.com/roce-emu/roce-emu/cm"
 	"github.com/roce-emu/roce-emu/rdmacm"
-	"github.com/roce-emu/roce-emu/transport"
-	"github.com/roce-emu/roce-emu/transport/transporttest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// badREQ is a REQ from 192.0.2.3 to rdma_cm port 7174 at to, as rdma_cm
-// would send it, changed by mut.
-func badREQ(t *testing.T, id uint32, to netip.Addr, mut func(*cm.REQ)) []byte {
-	t.Helper()
-	from := netip.MustParseAddr("192.0.2.3")
-	r := &cm.REQ{LocalCommID: id, ServiceID: cm.ServiceID(cm.PortSpaceTCP, 7174), LocalQPN: 0x20, StartingPSN: 0x123,
-		ResponderResources: 1, InitiatorDepth: 1, RemoteCMResponseTimeout: 20, LocalCMResponseTimeout: 20,
-		RetryCount: 7, RNRRetryCount: 7, PathMTU: 3, MaxCMRetries: 15, PKey: 0xFFFF,
-		Primary: cm.Path{LocalLID: 0xFFFF, RemoteLID: 0xFFFF, LocalGID: from, RemoteGID: to, HopLimit: 64, LocalACKTimeout: 19}}
-	h := cm.IPHeader{Src: netip.AddrPortFrom(from, 40000), Dst: to}
-	_, err := h.Append(r.PrivateData[:0])
-	require.NoError(t, err)
-	mut(r)
-	b, err := cm.AppendMAD(nil, uint64(id), r)
-	require.NoError(t, err)
-	return b
-}
 
 // A listener that gets REQs it cannot serve answers each with a REJ
 // before any REP (a GID that is not this side's: invalid GID; a UC REQ to
@@ -41,28 +21,13 @@ func badREQ(t *testing.T, id uint32, to netip.Addr, mut func(*cm.REQ)) []byte {
 // bad REQ.
 func TestListenerRejectsBadREQsAndKeepsAccepting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := transport.NewNetwork(transport.Impairments{Delay: 10 * time.Microsecond}, 1)
-		a := newSide(t, n, "192.0.2.1", "")
-		b := newSide(t, n, "192.0.2.2", "")
-		c, err := n.Listen(netip.MustParseAddrPort("192.0.2.3:4791"))
-		require.NoError(t, err)
-		raw := transport.NewEndpoint(c, transport.Options{})
-		t.Cleanup(func() { raw.Close() })
-		g := transporttest.NewGSI(t, raw)
+		n, a, b := newPair(t, "", "")
+		g := rawPeer(t, n)
 
-		l, err := b.svc.Listen(7174)
-		require.NoError(t, err)
+		l := b.listen(t)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		type res struct {
-			c   *rdmacm.Conn
-			err error
-		}
-		ch := make(chan res, 1)
-		go func() {
-			c, err := l.Accept(ctx, b.params(nil))
-			ch <- res{c, err}
-		}()
+		ch := acceptAsync(ctx, l, b.params(nil))
 
 		to := b.svc.LocalAddr()
 		cases := []struct {
@@ -117,22 +82,14 @@ func TestListenerRejectsBadREQsAndKeepsAccepting(t *testing.T) {
 // cma_rep_recv does; Dial fails with ErrConnectError and leaves no QP.
 func TestDialRejectsREPItCannotApply(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := transport.NewNetwork(transport.Impairments{Delay: 10 * time.Microsecond}, 1)
+		n := newNet()
 		a := newSide(t, n, "192.0.2.1", "")
-		c, err := n.Listen(netip.MustParseAddrPort("192.0.2.3:4791"))
-		require.NoError(t, err)
-		raw := transport.NewEndpoint(c, transport.Options{})
-		t.Cleanup(func() { raw.Close() })
-		g := transporttest.NewGSI(t, raw)
+		g := rawPeer(t, n)
 		peer := netip.MustParseAddr("192.0.2.3")
 
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		dialed := make(chan error, 1)
-		go func() {
-			_, err := a.svc.Dial(ctx, peer, 7174, a.params(nil))
-			dialed <- err
-		}()
+		dialed := dialAsync(ctx, a, peer, a.params(nil))
 		m, ok := g.Recv(10 * time.Second)
 		require.True(t, ok)
 		h, msg, err := cm.DecodeMAD(m.MAD)
@@ -142,7 +99,7 @@ func TestDialRejectsREPItCannotApply(t *testing.T) {
 			StartingPSN: 5, TargetACKDelay: 15, RNRRetryCount: 7})
 		require.NoError(t, err)
 		g.Send(m.From, rep)
-		require.ErrorIs(t, <-dialed, rdmacm.ErrConnectError)
+		require.ErrorIs(t, (<-dialed).err, rdmacm.ErrConnectError)
 		m, ok = g.Recv(10 * time.Second)
 		require.True(t, ok)
 		_, msg, err = cm.DecodeMAD(m.MAD)

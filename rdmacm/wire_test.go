@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net/netip"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	"github.com/roce-emu/roce-emu/bth"
 	"github.com/roce-emu/roce-emu/internal/testenv"
 	"github.com/roce-emu/roce-emu/pcap"
-	"github.com/roce-emu/roce-emu/rdmacm"
 	"github.com/roce-emu/roce-emu/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -102,21 +100,4 @@ func TestQP1HeadersAsRXE(t *testing.T) {
 			assert.Equal(t, want[0], g, "MAD %d", i)
 		}
 	})
-}
-
-// newObservedSide is newSide with obs watching the Endpoint's datagrams
-// and the Endpoint's options given.
-func newObservedSide(t *testing.T, n *transport.Network, addr string, opts transport.Options, obs transport.Observer) side {
-	t.Helper()
-	c, err := n.Listen(netip.AddrPortFrom(netip.MustParseAddr(addr), 4791))
-	require.NoError(t, err)
-	c = transport.WithObserver(c, nil, obs)
-	ep := transport.NewEndpoint(c, opts)
-	svc, err := rdmacm.New(ep, rdmacm.Config{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		assert.NoError(t, svc.Close())
-		ep.Close()
-	})
-	return side{ep: ep, svc: svc, pd: ep.NewPD(), cq: ep.NewCQ(64)}
 }
