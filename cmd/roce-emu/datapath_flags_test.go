@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -96,28 +95,10 @@ func TestPerfCPUProfile(t *testing.T) {
 	prof := filepath.Join(t.TempDir(), "client.prof")
 	tcp, udp := freeTCPPort(t), freeUDPPort(t)
 	common := []string{"bw", "--udp-port", udp, "-p", tcp, "--timeout", "30s", "-s", "4096", "-n", "100"}
-	var wg sync.WaitGroup
-	var sout, serr strings.Builder
-	var scode int
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		scode = run(append(slices.Clone(common), "--bind", "127.0.0.2"), &sout, &serr)
-	}()
-	var cout, cerr strings.Builder
-	var ccode int
-	for range listenTries {
-		cout.Reset()
-		cerr.Reset()
-		ccode = run(append(slices.Clone(common), "--bind", "127.0.0.1", "--cpuprofile", prof, "127.0.0.2"), &cout, &cerr)
-		if ccode == 0 || !strings.Contains(cerr.String(), "cannot reach") {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	wg.Wait()
-	require.Equal(t, 0, ccode, "client: %s", cerr.String())
-	require.Equal(t, 0, scode, "server: %s", serr.String())
+	r := runPair(append(slices.Clone(common), "--bind", "127.0.0.2"),
+		append(slices.Clone(common), "--bind", "127.0.0.1", "--cpuprofile", prof, "127.0.0.2"), "cannot reach", nil)
+	require.Equal(t, 0, r.ccode, "client: %s", r.cerr)
+	require.Equal(t, 0, r.scode, "server: %s", r.serr)
 	b, err := os.ReadFile(prof)
 	require.NoError(t, err)
 	require.Greater(t, len(b), 2)

@@ -222,27 +222,13 @@ func TestCCFlagsRefused(t *testing.T) {
 func TestPingpongRoCEVia(t *testing.T) {
 	tcp := freeTCPPort(t)
 	us, uc := freeUDPPortOn(t, "127.0.0.2"), freeUDPPortOn(t, "127.0.0.1")
-	sout, serr := &lockedBuffer{}, &lockedBuffer{}
-	sdone := make(chan int, 1)
-	go func() {
-		sdone <- runServer([]string{"--bind", "127.0.0.2", "--udp-port", strconv.Itoa(int(us)), "-p", tcp, "-n", "50", "--timeout", "20s",
-			"--roce-via", fmt.Sprintf("127.0.0.1:%d", uc), "--dcqcn", "--cnp=false"}, sout, serr)
-	}()
-	var cout, cerr bytes.Buffer
-	ccode := 0
-	for try := 0; try < listenTries; try++ { // the server may not be listening yet
-		cout.Reset()
-		cerr.Reset()
-		ccode = runClient([]string{"--bind", "127.0.0.1", "--udp-port", strconv.Itoa(int(uc)), "-p", tcp, "-n", "50", "--timeout", "20s",
-			"--roce-via", fmt.Sprintf("127.0.0.2:%d", us), "--dcqcn", "--profile", "paper", "127.0.0.1"}, &cout, &cerr)
-		if ccode == 0 || !strings.Contains(cerr.String(), "cannot reach") {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	require.Equal(t, 0, ccode, "client: %s", cerr.String())
-	require.Equal(t, 0, <-sdone, "server: %s", serr.String())
-	assert.Contains(t, cout.String(), "50 iters in ")
-	assert.Contains(t, cout.String(), fmt.Sprintf("congestion (DCQCN paper at 10Gb/s, CNPs at most one per 50µs per QP, RoCEv2 via 127.0.0.2:%d): CE seen 0", us))
-	assert.Contains(t, sout.String(), fmt.Sprintf("congestion (DCQCN mlx5 at 10Gb/s, no CNPs (--cnp=false), RoCEv2 via 127.0.0.1:%d): CE seen 0", uc))
+	r := runPair([]string{"server", "--bind", "127.0.0.2", "--udp-port", strconv.Itoa(int(us)), "-p", tcp, "-n", "50", "--timeout", "20s",
+		"--roce-via", fmt.Sprintf("127.0.0.1:%d", uc), "--dcqcn", "--cnp=false"},
+		[]string{"client", "--bind", "127.0.0.1", "--udp-port", strconv.Itoa(int(uc)), "-p", tcp, "-n", "50", "--timeout", "20s",
+			"--roce-via", fmt.Sprintf("127.0.0.2:%d", us), "--dcqcn", "--profile", "paper", "127.0.0.1"}, "cannot reach", nil)
+	require.Equal(t, 0, r.ccode, "client: %s", r.cerr)
+	require.Equal(t, 0, r.scode, "server: %s", r.serr)
+	assert.Contains(t, r.cout, "50 iters in ")
+	assert.Contains(t, r.cout, fmt.Sprintf("congestion (DCQCN paper at 10Gb/s, CNPs at most one per 50µs per QP, RoCEv2 via 127.0.0.2:%d): CE seen 0", us))
+	assert.Contains(t, r.sout, fmt.Sprintf("congestion (DCQCN mlx5 at 10Gb/s, no CNPs (--cnp=false), RoCEv2 via 127.0.0.1:%d): CE seen 0", uc))
 }

@@ -11,7 +11,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,29 +22,11 @@ import (
 func runPerfPair(t *testing.T, kind string, extra ...string) (string, string) {
 	tcp, udp := freeTCPPort(t), freeUDPPort(t)
 	common := append([]string{kind, "--udp-port", udp, "-p", tcp, "--timeout", "30s"}, extra...)
-	var wg sync.WaitGroup
-	var sout, serr bytes.Buffer
-	var scode int
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		scode = run(append(append([]string{}, common...), "--bind", "127.0.0.2"), &sout, &serr)
-	}()
-	var cout, cerr bytes.Buffer
-	var ccode int
-	for try := 0; try < listenTries; try++ {
-		cout.Reset()
-		cerr.Reset()
-		ccode = run(append(append([]string{}, common...), "--bind", "127.0.0.1", "127.0.0.1"), &cout, &cerr)
-		if ccode == 0 || !strings.Contains(cerr.String(), "cannot reach") {
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // the server is not listening yet (a loaded machine)
-	}
-	wg.Wait()
-	require.Equal(t, 0, ccode, "client: %s", cerr.String())
-	require.Equal(t, 0, scode, "server: %s", serr.String())
-	return cout.String(), sout.String()
+	r := runPair(append(append([]string{}, common...), "--bind", "127.0.0.2"),
+		append(append([]string{}, common...), "--bind", "127.0.0.1", "127.0.0.1"), "cannot reach", nil)
+	require.Equal(t, 0, r.ccode, "client: %s", r.cerr)
+	require.Equal(t, 0, r.scode, "server: %s", r.serr)
+	return r.cout, r.sout
 }
 
 func TestBW(t *testing.T) {
@@ -250,32 +231,15 @@ func TestPerftestFlags(t *testing.T) {
 func TestBWAllSizesServerWithoutA(t *testing.T) {
 	tcp, udp := freeTCPPort(t), freeUDPPort(t)
 	common := []string{"bw", "-o", "write", "-n", "2", "--udp-port", udp, "-p", tcp, "--timeout", "30s"}
-	var sout, serr bytes.Buffer
-	var scode int
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		scode = run(append(slices.Clone(common), "--bind", "127.0.0.2"), &sout, &serr)
-	}()
-	var cout, cerr bytes.Buffer
-	var ccode int
-	for try := 0; try < listenTries; try++ {
-		cout.Reset()
-		cerr.Reset()
-		ccode = run(append(slices.Clone(common), "-a", "--bind", "127.0.0.1", "127.0.0.1"), &cout, &cerr)
-		if !strings.Contains(cerr.String(), "cannot reach") {
-			break
-		}
-	}
-	wg.Wait()
-	assert.Equal(t, 1, ccode)
-	assert.Contains(t, cerr.String(), "size 131072: ")
-	assert.Contains(t, cerr.String(), "work completion REM_ACCESS_ERR")
-	assert.Contains(t, cerr.String(), "start it with -a too")
-	assert.Regexp(t, `\n 65536 +2 `, cout.String(), "the sizes up to the server's buffer ran")
-	assert.Equal(t, 1, scode)
-	assert.Contains(t, serr.String(), "if it runs -a, start this server with -a too")
+	r := runPair(append(slices.Clone(common), "--bind", "127.0.0.2"),
+		append(slices.Clone(common), "-a", "--bind", "127.0.0.1", "127.0.0.1"), "cannot reach", nil)
+	assert.Equal(t, 1, r.ccode)
+	assert.Contains(t, r.cerr, "size 131072: ")
+	assert.Contains(t, r.cerr, "work completion REM_ACCESS_ERR")
+	assert.Contains(t, r.cerr, "start it with -a too")
+	assert.Regexp(t, `\n 65536 +2 `, r.cout, "the sizes up to the server's buffer ran")
+	assert.Equal(t, 1, r.scode)
+	assert.Contains(t, r.serr, "if it runs -a, start this server with -a too")
 }
 
 // -b: both sides run the traffic and print the same sums; with -a a

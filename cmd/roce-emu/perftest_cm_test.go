@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,34 +15,18 @@ import (
 func runPerfPairCM(t *testing.T, kind string, extra ...string) (string, string) {
 	port, udp := freeTCPPort(t), freeUDPPort(t)
 	common := append([]string{kind, "--udp-port", udp, "-p", port, "--timeout", "30s"}, extra...)
-	var wg sync.WaitGroup
-	var sout lockedBuffer
-	var serr bytes.Buffer
-	var scode int
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		scode = run(append(append([]string{}, common...), "--bind", "127.0.0.2"), &sout, &serr)
-	}()
-	// The server prints its banner once it listens: a REQ before that
-	// would be lost and sent again only after the CM's timeout.
-	for i := 0; i < 500 && !strings.Contains(sout.String(), "Waiting for client"); i++ {
-		time.Sleep(10 * time.Millisecond)
-	}
-	var cout, cerr bytes.Buffer
-	var ccode int
-	for try := 0; try < listenTries; try++ {
-		cout.Reset()
-		cerr.Reset()
-		ccode = run(append(append([]string{}, common...), "--bind", "127.0.0.1", "127.0.0.2"), &cout, &cerr)
-		if ccode == 0 || !strings.Contains(cerr.String(), "cannot reach") {
-			break
-		}
-	}
-	wg.Wait()
-	require.Equal(t, 0, ccode, "client: %s", cerr.String())
-	require.Equal(t, 0, scode, "server: %s", serr.String())
-	return cout.String(), sout.String()
+	r := runPair(append(append([]string{}, common...), "--bind", "127.0.0.2"),
+		append(append([]string{}, common...), "--bind", "127.0.0.1", "127.0.0.2"), "cannot reach",
+		func(sout *lockedBuffer) {
+			// The server prints its banner once it listens: a REQ before that
+			// would be lost and sent again only after the CM's timeout.
+			for i := 0; i < 500 && !strings.Contains(sout.String(), "Waiting for client"); i++ {
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	require.Equal(t, 0, r.ccode, "client: %s", r.cerr)
+	require.Equal(t, 0, r.scode, "server: %s", r.serr)
+	return r.cout, r.sout
 }
 
 // roce-emu against roce-emu with -R: the exchange and the data QPs over

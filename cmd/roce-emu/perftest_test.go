@@ -60,14 +60,7 @@ func startPerftestServer(t *testing.T, args ...string) (net.Conn, func() (int, s
 		defer close(done)
 		code = run(append(args, "--perftest", "--bind", "127.0.0.2", "--udp-port", udp, "-p", tcp, "--timeout", "20s"), &out, &errb)
 	}()
-	var c net.Conn
-	var err error
-	for try := 0; try < listenTries; try++ {
-		if c, err = net.Dial("tcp", "127.0.0.1:"+tcp); err == nil {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	c, err := dialListening("127.0.0.1:" + tcp)
 	require.NoError(t, err)
 	c.SetDeadline(time.Now().Add(20 * time.Second))
 	return c, func() (int, string) {
@@ -221,13 +214,7 @@ func newRelay(t *testing.T, to string, want []transcript.Msg) *relay {
 			return
 		}
 		defer cl.Close()
-		var sv net.Conn
-		for try := 0; try < listenTries; try++ {
-			if sv, err = net.Dial("tcp", "127.0.0.1:"+to); err == nil {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		sv, err := dialListening("127.0.0.1:" + to)
 		if err != nil {
 			r.fail("relay cannot reach the server: %v", err)
 			return

@@ -8,10 +8,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -27,36 +25,19 @@ func freeTCPPort(t *testing.T) string {
 // Our client against our server, as rc_pingpong would run them.
 func TestPingpongClientServer(t *testing.T) {
 	tcp, udp := freeTCPPort(t), freeUDPPort(t)
-	var wg sync.WaitGroup
-	var sout, serr bytes.Buffer
-	var scode int
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		scode = run([]string{"server", "--bind", "127.0.0.2", "--udp-port", udp, "-p", tcp, "-n", "200", "-s", "5000", "--timeout", "20s"}, &sout, &serr)
-	}()
-	var cout, cerr bytes.Buffer
-	var ccode int
-	for try := 0; try < listenTries; try++ { // the server may not be listening yet
-		cout.Reset()
-		cerr.Reset()
-		ccode = run([]string{"client", "--bind", "127.0.0.1", "--udp-port", udp, "-p", tcp, "-n", "200", "-s", "5000", "--timeout", "20s", "127.0.0.1"}, &cout, &cerr)
-		if ccode == 0 || !strings.Contains(cerr.String(), "cannot reach") {
-			break
-		}
-	}
-	wg.Wait()
-	require.Equal(t, 0, ccode, "client: %s", cerr.String())
-	require.Equal(t, 0, scode, "server: %s", serr.String())
-	for _, o := range []string{cout.String(), sout.String()} {
+	r := runPair([]string{"server", "--bind", "127.0.0.2", "--udp-port", udp, "-p", tcp, "-n", "200", "-s", "5000", "--timeout", "20s"},
+		[]string{"client", "--bind", "127.0.0.1", "--udp-port", udp, "-p", tcp, "-n", "200", "-s", "5000", "--timeout", "20s", "127.0.0.1"}, "cannot reach", nil)
+	require.Equal(t, 0, r.ccode, "client: %s", r.cerr)
+	require.Equal(t, 0, r.scode, "server: %s", r.serr)
+	for _, o := range []string{r.cout, r.sout} {
 		assert.Contains(t, o, "  local address:  LID 0x0000, QPN 0x")
 		assert.Contains(t, o, "2000000 bytes in ")
 		assert.Contains(t, o, "200 iters in ")
 		assert.NotContains(t, o, "warning")
 	}
-	assert.Contains(t, cout.String(), "GID ::ffff:127.0.0.1")
-	assert.Contains(t, cout.String(), "remote address: LID 0x0000")
-	assert.Contains(t, cout.String(), "GID ::ffff:127.0.0.2")
+	assert.Contains(t, r.cout, "GID ::ffff:127.0.0.1")
+	assert.Contains(t, r.cout, "remote address: LID 0x0000")
+	assert.Contains(t, r.cout, "GID ::ffff:127.0.0.2")
 }
 
 func TestPingpongBadFlags(t *testing.T) {
@@ -88,28 +69,11 @@ func TestPingpongBadFlags(t *testing.T) {
 func runPingpongPair(t *testing.T, serverArgs, clientArgs []string) (sout, cout string) {
 	tcp, udp := freeTCPPort(t), freeUDPPort(t)
 	common := []string{"--udp-port", udp, "-p", tcp, "-n", "20", "-s", "10000", "--timeout", "20s"}
-	var wg sync.WaitGroup
-	var so, se bytes.Buffer
-	var scode int
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		scode = run(append(append([]string{"server", "--bind", "127.0.0.2"}, common...), serverArgs...), &so, &se)
-	}()
-	var co, ce bytes.Buffer
-	var ccode int
-	for try := 0; try < listenTries; try++ {
-		co.Reset()
-		ce.Reset()
-		ccode = run(append(append(append([]string{"client", "--bind", "127.0.0.1"}, common...), clientArgs...), "127.0.0.1"), &co, &ce)
-		if ccode == 0 || !strings.Contains(ce.String(), "cannot reach") {
-			break
-		}
-	}
-	wg.Wait()
-	require.Equal(t, 0, ccode, "client: %s", ce.String())
-	require.Equal(t, 0, scode, "server: %s", se.String())
-	return so.String(), co.String()
+	r := runPair(append(append([]string{"server", "--bind", "127.0.0.2"}, common...), serverArgs...),
+		append(append(append([]string{"client", "--bind", "127.0.0.1"}, common...), clientArgs...), "127.0.0.1"), "cannot reach", nil)
+	require.Equal(t, 0, r.ccode, "client: %s", r.cerr)
+	require.Equal(t, 0, r.scode, "server: %s", r.serr)
+	return r.sout, r.cout
 }
 
 // rc_pingpong's --chk: the client marks the first byte of each page with
@@ -203,28 +167,11 @@ func TestPingpongSRQ(t *testing.T) {
 
 	// Different QP counts are refused with a reason, not left to hang.
 	tcp, udp := freeTCPPort(t), freeUDPPort(t)
-	var wg sync.WaitGroup
-	var se bytes.Buffer
-	var scode int
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var so bytes.Buffer
-		scode = run([]string{"server", "--bind", "127.0.0.2", "--udp-port", udp, "-p", tcp, "--srq", "-q", "4", "--timeout", "10s"}, &so, &se)
-	}()
-	var ce bytes.Buffer
-	for try := 0; try < listenTries; try++ {
-		ce.Reset()
-		var co bytes.Buffer
-		if run([]string{"client", "--bind", "127.0.0.1", "--udp-port", udp, "-p", tcp, "--srq", "-q", "2", "--timeout", "10s", "127.0.0.1"}, &co, &ce) == 0 ||
-			!strings.Contains(ce.String(), "cannot reach") {
-			break
-		}
-	}
-	wg.Wait()
-	assert.Equal(t, 1, scode)
-	assert.Contains(t, se.String(), "the peer runs 2 QPs and we run 4: give both sides the same -q")
-	assert.NotEmpty(t, ce.String())
+	r := runPair([]string{"server", "--bind", "127.0.0.2", "--udp-port", udp, "-p", tcp, "--srq", "-q", "4", "--timeout", "10s"},
+		[]string{"client", "--bind", "127.0.0.1", "--udp-port", udp, "-p", tcp, "--srq", "-q", "2", "--timeout", "10s", "127.0.0.1"}, "cannot reach", nil)
+	assert.Equal(t, 1, r.scode)
+	assert.Contains(t, r.serr, "the peer runs 2 QPs and we run 4: give both sides the same -q")
+	assert.NotEmpty(t, r.cerr)
 }
 
 func TestPingpongFamilyBadFlags(t *testing.T) {
@@ -261,33 +208,15 @@ func TestPingpongConnectionMismatch(t *testing.T) {
 		t.Run(tc.server+"-"+tc.client, func(t *testing.T) {
 			t.Parallel()
 			tcp, udp := freeTCPPort(t), freeUDPPort(t)
-			var wg sync.WaitGroup
-			var sout, serr lockedBuffer
-			var scode int
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				scode = run([]string{"server", "--connection", tc.server, "--bind", "127.0.0.2", "--udp-port", udp, "-p", tcp, "-s", "512", "--timeout", "30s"}, &sout, &serr)
-			}()
-			var cout, cerr bytes.Buffer
-			var ccode int
-			for try := 0; try < listenTries; try++ { // the server may not be listening yet
-				cout.Reset()
-				cerr.Reset()
-				ccode = run([]string{"client", "--connection", tc.client, "--bind", "127.0.0.1", "--udp-port", udp, "-p", tcp, "-s", "512",
-					"--timeout", tc.clientTimeout, "127.0.0.1"}, &cout, &cerr)
-				if ccode == 0 || !strings.Contains(cerr.String(), "cannot reach") {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			wg.Wait()
-			assert.Equal(t, 1, scode)
-			assert.Contains(t, serr.String(), tc.serverSees)
-			assert.NotContains(t, serr.String(), "deadline", "the server ended at the first packet, not at --timeout")
-			assert.Equal(t, 1, ccode)
+			r := runPair([]string{"server", "--connection", tc.server, "--bind", "127.0.0.2", "--udp-port", udp, "-p", tcp, "-s", "512", "--timeout", "30s"},
+				[]string{"client", "--connection", tc.client, "--bind", "127.0.0.1", "--udp-port", udp, "-p", tcp, "-s", "512",
+					"--timeout", tc.clientTimeout, "127.0.0.1"}, "cannot reach", nil)
+			assert.Equal(t, 1, r.scode)
+			assert.Contains(t, r.serr, tc.serverSees)
+			assert.NotContains(t, r.serr, "deadline", "the server ended at the first packet, not at --timeout")
+			assert.Equal(t, 1, r.ccode)
 			if tc.client == "RC" {
-				assert.Contains(t, cerr.String(), "roce-emu client: no packet from the peer in 5s since the address exchange: check that both sides run the same --connection (RC, UC or UD)")
+				assert.Contains(t, r.cerr, "roce-emu client: no packet from the peer in 5s since the address exchange: check that both sides run the same --connection (RC, UC or UD)")
 			}
 		})
 	}

@@ -34,44 +34,30 @@ func rpingLine(i, size int) string {
 	return string(b)
 }
 
+// rpingSettle gives an rping server runPair started the time to open its
+// socket: a REQ before the server's socket exists is lost, resent 6 s
+// later.
+func rpingSettle(*lockedBuffer) { time.Sleep(300 * time.Millisecond) }
+
 // Our rping client against our rping server: -C pings with -V, every line
 // of -v as rping prints it, both sides end cleanly.
 func TestRpingClientServer(t *testing.T) {
 	udp := freeUDPPort(t)
-	var wg sync.WaitGroup
-	var sout, serr bytes.Buffer
-	var scode int
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		scode = run([]string{"rping", "-s", "--bind", "127.0.0.2", "--udp-port", udp, "-p", "7175", "-v", "-S", "100", "--timeout", "60s"}, &sout, &serr)
-	}()
-	time.Sleep(300 * time.Millisecond) // a REQ before the server's socket exists is lost: resent 6 s later
-	var cout, cerr bytes.Buffer
-	var ccode int
-	for try := 0; try < listenTries; try++ { // the server may not be listening yet: a REJ
-		cout.Reset()
-		cerr.Reset()
-		ccode = run([]string{"rping", "-c", "--bind", "127.0.0.1", "--udp-port", udp, "-a", "127.0.0.2", "-p", "7175",
-			"-C", "20", "-v", "-V", "-S", "100", "--timeout", "60s"}, &cout, &cerr)
-		if ccode == 0 || !strings.Contains(cerr.String(), "REJECTED") {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	wg.Wait()
-	require.Equal(t, 0, ccode, "client: %s", cerr.String())
-	require.Equal(t, 0, scode, "server: %s", serr.String())
-	clines := strings.Split(strings.TrimSpace(cout.String()), "\n")
-	slines := strings.Split(strings.TrimSpace(sout.String()), "\n")
+	r := runPair([]string{"rping", "-s", "--bind", "127.0.0.2", "--udp-port", udp, "-p", "7175", "-v", "-S", "100", "--timeout", "60s"},
+		[]string{"rping", "-c", "--bind", "127.0.0.1", "--udp-port", udp, "-a", "127.0.0.2", "-p", "7175",
+			"-C", "20", "-v", "-V", "-S", "100", "--timeout", "60s"}, "REJECTED", rpingSettle) // the server may not be listening yet: a REJ
+	require.Equal(t, 0, r.ccode, "client: %s", r.cerr)
+	require.Equal(t, 0, r.scode, "server: %s", r.serr)
+	clines := strings.Split(strings.TrimSpace(r.cout), "\n")
+	slines := strings.Split(strings.TrimSpace(r.sout), "\n")
 	require.Len(t, clines, 20)
 	require.Len(t, slines, 20)
 	for i := range 20 {
 		assert.Equal(t, "ping data: "+rpingLine(i, 100), clines[i])
 		assert.Equal(t, "server ping data: "+rpingLine(i, 100), slines[i])
 	}
-	assert.Contains(t, serr.String(), "server DISCONNECT EVENT...")
-	assert.Contains(t, cerr.String(), "client DISCONNECT EVENT...")
+	assert.Contains(t, r.serr, "server DISCONNECT EVENT...")
+	assert.Contains(t, r.cerr, "client DISCONNECT EVENT...")
 }
 
 // rping --json on both sides: stdout is one JSON object in the shape of
@@ -80,35 +66,16 @@ func TestRpingClientServer(t *testing.T) {
 // -v's ping data goes to stderr instead.
 func TestRpingJSON(t *testing.T) {
 	udp := freeUDPPort(t)
-	var wg sync.WaitGroup
-	var sout, serr bytes.Buffer
-	var scode int
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		scode = run([]string{"rping", "-s", "--json", "--bind", "127.0.0.2", "--udp-port", udp, "-p", "7176", "-S", "100", "--timeout", "60s"}, &sout, &serr)
-	}()
-	time.Sleep(300 * time.Millisecond) // a REQ before the server's socket exists is lost: resent 6 s later
-	var cout, cerr bytes.Buffer
-	var ccode int
-	for try := 0; try < listenTries; try++ { // the server may not be listening yet: a REJ
-		cout.Reset()
-		cerr.Reset()
-		ccode = run([]string{"rping", "-c", "--json", "--bind", "127.0.0.1", "--udp-port", udp, "-a", "127.0.0.2", "-p", "7176",
-			"-C", "5", "-v", "-V", "-S", "100", "--timeout", "60s"}, &cout, &cerr)
-		if ccode == 0 || !strings.Contains(cerr.String(), "REJECTED") {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	wg.Wait()
-	require.Equal(t, 0, ccode, "client: %s", cerr.String())
-	require.Equal(t, 0, scode, "server: %s", serr.String())
-	assert.Contains(t, cerr.String(), "ping data: "+rpingLine(4, 100), "-v goes to stderr under --json")
+	r := runPair([]string{"rping", "-s", "--json", "--bind", "127.0.0.2", "--udp-port", udp, "-p", "7176", "-S", "100", "--timeout", "60s"},
+		[]string{"rping", "-c", "--json", "--bind", "127.0.0.1", "--udp-port", udp, "-a", "127.0.0.2", "-p", "7176",
+			"-C", "5", "-v", "-V", "-S", "100", "--timeout", "60s"}, "REJECTED", rpingSettle) // the server may not be listening yet: a REJ
+	require.Equal(t, 0, r.ccode, "client: %s", r.cerr)
+	require.Equal(t, 0, r.scode, "server: %s", r.serr)
+	assert.Contains(t, r.cerr, "ping data: "+rpingLine(4, 100), "-v goes to stderr under --json")
 	for _, tc := range []struct {
 		role string
 		out  string
-	}{{"client", cout.String()}, {"server", sout.String()}} {
+	}{{"client", r.cout}, {"server", r.sout}} {
 		require.Equal(t, 1, strings.Count(tc.out, "\n"), "%s: one line of JSON: %s", tc.role, tc.out)
 		var j struct {
 			Program  string            `json:"program"`

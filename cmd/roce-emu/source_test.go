@@ -73,14 +73,7 @@ func TestPingpongRefusesThirdHostGID(t *testing.T) {
 		out := &lockedBuffer{}
 		done := make(chan int)
 		go func() { done <- run(args, out, out) }()
-		var c net.Conn
-		var err error
-		for try := 0; try < listenTries; try++ {
-			if c, err = net.Dial("tcp", "127.0.0.1:"+tcp); err == nil {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		c, err := dialListening("127.0.0.1:" + tcp)
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		oob.PingpongClient(ctx, c, oob.Dest{QPN: 0x11, PSN: 0x1234, GID: thirdHost}, func(oob.Dest) error { return nil })
