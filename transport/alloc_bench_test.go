@@ -14,8 +14,9 @@ import (
 //
 //	go test ./transport -run '^$' -bench 'Conn|Endpoint' -benchmem
 
-// memConns returns two Conns on a Network with no impairments.
-func memConns(b *testing.B) [2]Conn {
+// memConns returns two Conns, 192.0.2.1:4791 and 192.0.2.2:4791, on a
+// Network with no impairments.
+func memConns(b testing.TB) [2]Conn {
 	n := NewNetwork(Impairments{}, 1)
 	var cs [2]Conn
 	for i, a := range []string{"192.0.2.1:4791", "192.0.2.2:4791"} {

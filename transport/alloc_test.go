@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"net/netip"
 	"testing"
 
 	"github.com/roce-emu/roce-emu/bth"
@@ -49,14 +48,9 @@ func connRound(t *testing.T, cs [2]Conn) func() {
 // Sending and receiving a datagram on the in-memory network allocates
 // nothing.
 func TestAllocsConnMem(t *testing.T) {
-	n := NewNetwork(Impairments{}, 1)
-	var cs [2]Conn
-	for i, a := range []string{"192.0.2.1:4791", "192.0.2.2:4791"} {
-		c, err := n.Listen(netip.MustParseAddrPort(a))
-		require.NoError(t, err)
-		defer c.Close()
-		cs[i] = c
-	}
+	cs := memConns(t)
+	defer cs[0].Close()
+	defer cs[1].Close()
 	allocGate(t, "Network Conn", connRound(t, cs))
 }
 
@@ -64,14 +58,7 @@ func TestAllocsConnMem(t *testing.T) {
 // in-memory network: posting, sending, receiving, completing and waiting
 // allocate nothing.
 func TestAllocsEndpointMem(t *testing.T) {
-	n := NewNetwork(Impairments{}, 1)
-	var cs [2]Conn
-	for i, a := range []string{"192.0.2.1:4791", "192.0.2.2:4791"} {
-		c, err := n.Listen(netip.MustParseAddrPort(a))
-		require.NoError(t, err)
-		cs[i] = c
-	}
-	allocGate(t, "Endpoint WRITE", endpointWriteRound(t, cs))
+	allocGate(t, "Endpoint WRITE", endpointWriteRound(t, memConns(t)))
 }
 
 // endpointWriteRound posts an RDMA WRITE of one 1 KiB packet from A to B
@@ -80,13 +67,18 @@ func endpointWriteRound(t *testing.T, cs [2]Conn) func() {
 	s := connect(t, cs, defaultPair())
 	smr, _ := s[0].pd.RegMR(make([]byte, 1024), qp.IBV_ACCESS_LOCAL_WRITE)
 	dmr, _ := s[1].pd.RegMR(make([]byte, 1024), qp.IBV_ACCESS_LOCAL_WRITE|qp.IBV_ACCESS_REMOTE_WRITE)
-	wr := qp.SendWR{Opcode: qp.IBV_WR_RDMA_WRITE, SGEs: []qp.SGE{smr.SGE(0, 1024)}, RemoteAddr: dmr.VA, RKey: dmr.RKey}
+	return postWaitRound(t, s[0], qp.SendWR{Opcode: qp.IBV_WR_RDMA_WRITE, SGEs: []qp.SGE{smr.SGE(0, 1024)}, RemoteAddr: dmr.VA, RKey: dmr.RKey})
+}
+
+// postWaitRound posts wr on s's QP and waits for its one successful
+// completion.
+func postWaitRound(t *testing.T, s *side, wr qp.SendWR) func() {
 	wc := make([]qp.WC, 4)
 	return func() {
-		if err := s[0].qp.PostSend(wr); err != nil {
+		if err := s.qp.PostSend(wr); err != nil {
 			t.Fatal(err)
 		}
-		if n, err := s[0].cq.Wait(context.Background(), wc); err != nil || n != 1 || wc[0].Status != qp.IBV_WC_SUCCESS {
+		if n, err := s.cq.Wait(context.Background(), wc); err != nil || n != 1 || wc[0].Status != qp.IBV_WC_SUCCESS {
 			t.Fatal(n, err)
 		}
 	}
@@ -96,25 +88,10 @@ func endpointWriteRound(t *testing.T, cs [2]Conn) func() {
 // Endpoint sends the first batch itself and the rest from its sender
 // goroutine), allocates nothing either.
 func TestAllocsEndpointReadMem(t *testing.T) {
-	n := NewNetwork(Impairments{}, 1)
-	var cs [2]Conn
-	for i, a := range []string{"192.0.2.1:4791", "192.0.2.2:4791"} {
-		c, err := n.Listen(netip.MustParseAddrPort(a))
-		require.NoError(t, err)
-		cs[i] = c
-	}
-	s := connect(t, cs, defaultPair())
+	s := connect(t, memConns(t), defaultPair())
 	const size = 256 << 10
 	smr, _ := s[1].pd.RegMR(make([]byte, size), qp.IBV_ACCESS_LOCAL_WRITE|qp.IBV_ACCESS_REMOTE_READ)
 	dmr, _ := s[0].pd.RegMR(make([]byte, size), qp.IBV_ACCESS_LOCAL_WRITE)
-	wr := qp.SendWR{Opcode: qp.IBV_WR_RDMA_READ, SGEs: []qp.SGE{dmr.SGE(0, size)}, RemoteAddr: smr.VA, RKey: smr.RKey}
-	wc := make([]qp.WC, 4)
-	allocGate(t, "Endpoint READ of 256 packets", func() {
-		if err := s[0].qp.PostSend(wr); err != nil {
-			t.Fatal(err)
-		}
-		if n, err := s[0].cq.Wait(context.Background(), wc); err != nil || n != 1 || wc[0].Status != qp.IBV_WC_SUCCESS {
-			t.Fatal(n, err)
-		}
-	})
+	allocGate(t, "Endpoint READ of 256 packets",
+		postWaitRound(t, s[0], qp.SendWR{Opcode: qp.IBV_WR_RDMA_READ, SGEs: []qp.SGE{dmr.SGE(0, size)}, RemoteAddr: smr.VA, RKey: smr.RKey}))
 }

@@ -199,17 +199,7 @@ func TestDecorStdUDPTruncation(t *testing.T) {
 func TestDecorStdUDPSourcePortAfterClose(t *testing.T) {
 	a, err := listenStd(netip.MustParseAddrPort("127.0.0.1:0"), UDPOptions{EphemeralPort: true})
 	require.NoError(t, err)
-	probe, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
-	require.NoError(t, err)
-	free := uint16(probe.LocalAddr().(*net.UDPAddr).Port)
-	probe.Close()
-	require.NoError(t, a.Close())
-	got := a.SourcePort(free)
-	again, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), free)))
-	if err == nil {
-		again.Close()
-	}
-	assert.NoError(t, err, "SourcePort(%d) after Close returned %d and left the port bound", free, got)
+	free := sourcePortAfterClose(t, a)
 	_, err = a.WriteBatch([]Datagram{{Data: []byte("x"), Src: netip.AddrPortFrom(a.LocalAddr().Addr(), free), Dst: netip.MustParseAddrPort("127.0.0.1:9")}})
 	assert.Error(t, err, "WriteBatch after Close")
 }
@@ -218,6 +208,14 @@ func TestDecorStdUDPSourcePortAfterClose(t *testing.T) {
 func TestDecorUDPSourcePortAfterClose(t *testing.T) {
 	a, err := ListenUDP(netip.MustParseAddrPort("127.0.0.1:0"), UDPOptions{EphemeralPort: true})
 	require.NoError(t, err)
+	sourcePortAfterClose(t, a)
+}
+
+// sourcePortAfterClose closes a, asks it for a free port of 127.0.0.1 as
+// a source port, checks that the port is still free (SourcePort opened no
+// socket on it), and returns the port.
+func sourcePortAfterClose(t *testing.T, a Conn) uint16 {
+	t.Helper()
 	probe, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
 	require.NoError(t, err)
 	free := uint16(probe.LocalAddr().(*net.UDPAddr).Port)
@@ -229,6 +227,7 @@ func TestDecorUDPSourcePortAfterClose(t *testing.T) {
 		again.Close()
 	}
 	assert.NoError(t, err, "SourcePort(%d) after Close returned %d and left the port bound", free, got)
+	return free
 }
 
 // Endpoints on faulted, observed Conns over a delaying Network,
