@@ -189,21 +189,13 @@ func TestDropCauses(t *testing.T) {
 			func() bth.Packet { return ack(0x100, bth.SyndromeACKNoCredits) }},
 		{"response_mismatch", "a READ response to a SEND",
 			func(t *testing.T, d *dropQP) { d.post(t, IBV_WR_SEND, 8) },
-			func() bth.Packet {
-				p := pkt(bth.RCReadResponseOnly, 0x100)
-				p.Payload = make([]byte, 8)
-				return p
-			}},
+			func() bth.Packet { return withPayload(pkt(bth.RCReadResponseOnly, 0x100), 8) }},
 		{"response_mismatch", "an atomic ACK to a SEND",
 			func(t *testing.T, d *dropQP) { d.post(t, IBV_WR_SEND, 8) },
 			func() bth.Packet { return pkt(bth.RCAtomicAcknowledge, 0x100) }},
 		{"read_response_malformed", "a READ response shorter than asked",
 			func(t *testing.T, d *dropQP) { d.post(t, IBV_WR_RDMA_READ, 8) },
-			func() bth.Packet {
-				p := pkt(bth.RCReadResponseOnly, 0x100)
-				p.Payload = make([]byte, 4)
-				return p
-			}},
+			func() bth.Packet { return withPayload(pkt(bth.RCReadResponseOnly, 0x100), 4) }},
 		{"aeth_reserved_syndrome", "an ACK with the reserved syndrome kind",
 			func(t *testing.T, d *dropQP) { d.post(t, IBV_WR_SEND, 8) },
 			func() bth.Packet { return ack(0x100, bth.Syndrome(bth.KindReserved)<<5) }},
