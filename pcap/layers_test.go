@@ -67,6 +67,15 @@ func layerTypes(ls []gopacket.Layer) []gopacket.LayerType {
 	return out
 }
 
+// assertExt checks that pk's layer of type lt, where it has one, is an L
+// that holds the extended header want.
+func assertExt[L gopacket.Layer, H any](t *testing.T, pk gopacket.Packet, lt gopacket.LayerType, want H, header func(L) H) {
+	t.Helper()
+	if l, ok := pk.Layer(lt).(L); ok {
+		assert.Equal(t, want, header(l))
+	}
+}
+
 func TestLayersNewPacketEveryOpcode(t *testing.T) {
 	for _, e := range []*bth.Encap{encap4(), encap6()} {
 		for _, op := range bth.Opcodes() {
@@ -85,27 +94,13 @@ func TestLayersNewPacketEveryOpcode(t *testing.T) {
 				assert.Equal(t, uint32(0xABCDEF), b.DestQP)
 				assert.Equal(t, uint8(bth.PadLen(len(p.Payload))), b.PadCnt)
 				assert.Len(t, b.Pad, int(b.PadCnt))
-				if l, ok := pk.Layer(LayerTypeRETH).(*RETH); ok {
-					assert.Equal(t, p.RETH, l.RETH)
-				}
-				if l, ok := pk.Layer(LayerTypeAETH).(*AETH); ok {
-					assert.Equal(t, p.AETH, l.AETH)
-				}
-				if l, ok := pk.Layer(LayerTypeDETH).(*DETH); ok {
-					assert.Equal(t, p.DETH, l.DETH)
-				}
-				if l, ok := pk.Layer(LayerTypeAtomicETH).(*AtomicETH); ok {
-					assert.Equal(t, p.AtomicETH, l.AtomicETH)
-				}
-				if l, ok := pk.Layer(LayerTypeAtomicAckETH).(*AtomicAckETH); ok {
-					assert.Equal(t, p.AtomicAckETH, l.AtomicAckETH)
-				}
-				if l, ok := pk.Layer(LayerTypeImmDt).(*ImmDt); ok {
-					assert.Equal(t, p.ImmDt, l.ImmDt)
-				}
-				if l, ok := pk.Layer(LayerTypeIETH).(*IETH); ok {
-					assert.Equal(t, p.IETH, l.IETH)
-				}
+				assertExt(t, pk, LayerTypeRETH, p.RETH, func(l *RETH) bth.RETH { return l.RETH })
+				assertExt(t, pk, LayerTypeAETH, p.AETH, func(l *AETH) bth.AETH { return l.AETH })
+				assertExt(t, pk, LayerTypeDETH, p.DETH, func(l *DETH) bth.DETH { return l.DETH })
+				assertExt(t, pk, LayerTypeAtomicETH, p.AtomicETH, func(l *AtomicETH) bth.AtomicETH { return l.AtomicETH })
+				assertExt(t, pk, LayerTypeAtomicAckETH, p.AtomicAckETH, func(l *AtomicAckETH) bth.AtomicAckETH { return l.AtomicAckETH })
+				assertExt(t, pk, LayerTypeImmDt, p.ImmDt, func(l *ImmDt) bth.ImmDt { return l.ImmDt })
+				assertExt(t, pk, LayerTypeIETH, p.IETH, func(l *IETH) bth.IETH { return l.IETH })
 				if n > 0 && op.Info().Payload {
 					assert.Equal(t, p.Payload, pk.ApplicationLayer().Payload())
 				}
