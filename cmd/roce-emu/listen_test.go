@@ -3,7 +3,7 @@ package main
 import (
 	"net"
 	"strings"
-	"sync"
+	"testing"
 	"time"
 )
 
@@ -28,16 +28,9 @@ type pairRun struct {
 // apart; it waits for the server to end and returns both runs. The
 // outputs of a client try that is run again are dropped.
 func runPair(server, client []string, notYet string, ready func(sout *lockedBuffer)) pairRun {
-	var wg sync.WaitGroup
-	var sout, serr lockedBuffer
-	var scode int
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		scode = run(server, &sout, &serr)
-	}()
+	s := goRun(server)
 	if ready != nil {
-		ready(&sout)
+		ready(&s.out)
 	}
 	var cout, cerr lockedBuffer
 	var ccode int
@@ -50,8 +43,43 @@ func runPair(server, client []string, notYet string, ready func(sout *lockedBuff
 		}
 		time.Sleep(20 * time.Millisecond) // the server may not be listening yet (a loaded machine)
 	}
-	wg.Wait()
-	return pairRun{scode: scode, ccode: ccode, sout: sout.String(), serr: serr.String(), cout: cout.String(), cerr: cerr.String()}
+	scode := s.wait()
+	return pairRun{scode: scode, ccode: ccode, sout: s.out.String(), serr: s.err.String(), cout: cout.String(), cerr: cerr.String()}
+}
+
+// bgRun is a command line run in a goroutine (goRun): its outputs, which
+// the test may read while it runs, and its exit code once it has ended.
+type bgRun struct {
+	out, err lockedBuffer
+	done     chan struct{}
+	code     int
+}
+
+// goRun runs the command line args (run's) in a goroutine.
+func goRun(args []string) *bgRun {
+	r := &bgRun{done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		r.code = run(args, &r.out, &r.err)
+	}()
+	return r
+}
+
+// startServer is goRun of a server's command line that returns once the
+// server's stdout shows banner (it listens: "listening on" for rping -s,
+// "Waiting for client" for bw and lat), failing the test if that takes
+// longer than waitFor waits.
+func startServer(t *testing.T, args []string, banner string) *bgRun {
+	t.Helper()
+	r := goRun(args)
+	waitFor(t, "the server to listen", func() bool { return strings.Contains(r.out.String(), banner) })
+	return r
+}
+
+// wait waits for the run to end and returns its exit code.
+func (r *bgRun) wait() int {
+	<-r.done
+	return r.code
 }
 
 // dialListening dials the TCP address addr until a server takes it, at

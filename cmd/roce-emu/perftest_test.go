@@ -53,19 +53,13 @@ func TestPerftestHelpers(t *testing.T) {
 func startPerftestServer(t *testing.T, args ...string) (net.Conn, func() (int, string)) {
 	t.Helper()
 	tcp, udp := freeTCPPort(t), freeUDPPort(t)
-	var out, errb bytes.Buffer
-	var code int
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		code = run(append(args, "--perftest", "--bind", "127.0.0.2", "--udp-port", udp, "-p", tcp, "--timeout", "20s"), &out, &errb)
-	}()
+	s := goRun(append(args, "--perftest", "--bind", "127.0.0.2", "--udp-port", udp, "-p", tcp, "--timeout", "20s"))
 	c, err := dialListening("127.0.0.1:" + tcp)
 	require.NoError(t, err)
 	c.SetDeadline(time.Now().Add(20 * time.Second))
 	return c, func() (int, string) {
-		<-done
-		return code, out.String() + errb.String()
+		code := s.wait()
+		return code, s.out.String() + s.err.String()
 	}
 }
 
@@ -286,21 +280,14 @@ func TestPerftestPairsMatchRecordings(t *testing.T) {
 				common = append(common, c.flag)
 			}
 			common = slices.Clip(common) // the server's and the client's appends must not share an array
-			var sout, serr bytes.Buffer
-			var scode int
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				scode = run(append(common, "--bind", "127.0.0.2", "-p", tcp), &sout, &serr)
-			}()
+			s := goRun(append(common, "--bind", "127.0.0.2", "-p", tcp))
 			rl := newRelay(t, tcp, want)
 			var cout, cerr bytes.Buffer
 			ccode := run(append(common, "--bind", "127.0.0.1", "-p", rl.port, "127.0.0.1"), &cout, &cerr)
-			wg.Wait()
+			scode := s.wait()
 			rl.done.Wait()
 			require.Equal(t, 0, ccode, "client: %s%s", cout.String(), cerr.String())
-			require.Equal(t, 0, scode, "server: %s%s", sout.String(), serr.String())
+			require.Equal(t, 0, scode, "server: %s%s", s.out.String(), s.err.String())
 			require.Empty(t, rl.errs)
 			for _, dir := range []bool{true, false} {
 				var got, rec [][]byte

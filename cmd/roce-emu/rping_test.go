@@ -8,7 +8,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -107,13 +106,7 @@ func TestRpingJSON(t *testing.T) {
 // A client whose server does not listen on the port gets the REJ at once.
 func TestRpingNoServer(t *testing.T) {
 	udp := freeUDPPort(t)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	var sout, serr bytes.Buffer
-	go func() {
-		defer wg.Done()
-		run([]string{"rping", "-s", "--bind", "127.0.0.2", "--udp-port", udp, "-p", "7176", "--timeout", "2s"}, &sout, &serr)
-	}()
+	s := goRun([]string{"rping", "-s", "--bind", "127.0.0.2", "--udp-port", udp, "-p", "7176", "--timeout", "2s"})
 	time.Sleep(200 * time.Millisecond)
 	var cout, cerr bytes.Buffer
 	start := time.Now()
@@ -122,8 +115,8 @@ func TestRpingNoServer(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.Contains(t, cerr.String(), "RDMA_CM_EVENT_REJECTED, error 8")
 	assert.Less(t, took, 4*time.Second, "answered by a REJ, not by the REQ's 4 s timeout")
-	wg.Wait()
-	assert.Contains(t, serr.String(), "context deadline exceeded", "the server waited for a client until --timeout")
+	s.wait()
+	assert.Contains(t, s.err.String(), "context deadline exceeded", "the server waited for a client until --timeout")
 }
 
 func TestRpingBadFlags(t *testing.T) {
@@ -151,13 +144,7 @@ func TestRpingBadFlags(t *testing.T) {
 func TestRpingAgainstPingpongServer(t *testing.T) {
 	udp := freeUDPPort(t)
 	tcp := freeTCPPort(t)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	var sout, serr bytes.Buffer
-	go func() {
-		defer wg.Done()
-		run([]string{"server", "--bind", "127.0.0.2", "--udp-port", udp, "-p", tcp, "--timeout", "3s"}, &sout, &serr)
-	}()
+	s := goRun([]string{"server", "--bind", "127.0.0.2", "--udp-port", udp, "-p", tcp, "--timeout", "3s"})
 	time.Sleep(300 * time.Millisecond)
 	var cout, cerr bytes.Buffer
 	start := time.Now()
@@ -166,8 +153,8 @@ func TestRpingAgainstPingpongServer(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.Contains(t, cerr.String(), "RDMA_CM_EVENT_REJECTED, error 8")
 	assert.Less(t, took, 4*time.Second, "answered by a REJ, not by the REQ's 4 s timeout")
-	wg.Wait()
-	assert.Contains(t, serr.String(), "CM REQ (rdma_cm: rping -c, perftest -R) came to QP1 and was rejected")
+	s.wait()
+	assert.Contains(t, s.err.String(), "CM REQ (rdma_cm: rping -c, perftest -R) came to QP1 and was rejected")
 }
 
 // rping -s answers REQs it cannot serve with a REJ before any REP (a GID
@@ -175,15 +162,7 @@ func TestRpingAgainstPingpongServer(t *testing.T) {
 // goes on to serve the next client, instead of exiting.
 func TestRpingServerSurvivesBadREQs(t *testing.T) {
 	udp := freeUDPPort(t)
-	var wg sync.WaitGroup
-	var sout, serr lockedBuffer
-	var scode int
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		scode = run([]string{"rping", "-s", "-d", "--bind", "127.0.0.2", "--udp-port", udp, "-p", "7178", "-v", "--timeout", "60s"}, &sout, &serr)
-	}()
-	waitFor(t, "the server to listen", func() bool { return strings.Contains(sout.String(), "listening on") })
+	s := startServer(t, []string{"rping", "-s", "-d", "--bind", "127.0.0.2", "--udp-port", udp, "-p", "7178", "-v", "--timeout", "60s"}, "listening on")
 
 	port, err := strconv.Atoi(udp)
 	require.NoError(t, err)
@@ -225,11 +204,11 @@ func TestRpingServerSurvivesBadREQs(t *testing.T) {
 	var cout, cerr bytes.Buffer
 	ccode := run([]string{"rping", "-c", "--bind", "127.0.0.1", "--udp-port", udp, "-a", "127.0.0.2", "-p", "7178",
 		"-C", "3", "-v", "-V", "--timeout", "60s"}, &cout, &cerr)
-	wg.Wait()
+	scode := s.wait()
 	require.Equal(t, 0, ccode, "client: %s", cerr.String())
-	require.Equal(t, 0, scode, "server: %s", serr.String())
+	require.Equal(t, 0, scode, "server: %s", s.err.String())
 	assert.Equal(t, 3, strings.Count(cout.String(), "ping data: "))
-	assert.Contains(t, sout.String(), "REQs refused (GID 1, transport 1, private data 0")
+	assert.Contains(t, s.out.String(), "REQs refused (GID 1, transport 1, private data 0")
 }
 
 // A connection attempt given up tells the peer with a REJ, as Linux's
@@ -275,15 +254,7 @@ func TestRpingGivingUpSendsREJ(t *testing.T) {
 	assert.Equal(t, req.LocalCommID, rej.LocalCommID)
 
 	// The server's REP waits for an RTU that never comes; SIGINT.
-	var sout, serr lockedBuffer
-	var scode int
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		scode = run([]string{"rping", "-s", "-d", "--bind", "127.0.0.2", "--udp-port", udp, "-p", "7179", "--timeout", "60s"}, &sout, &serr)
-	}()
-	waitFor(t, "the server to listen", func() bool { return strings.Contains(sout.String(), "listening on") })
+	s := startServer(t, []string{"rping", "-s", "-d", "--bind", "127.0.0.2", "--udp-port", udp, "-p", "7179", "--timeout", "60s"}, "listening on")
 	server := netip.MustParseAddr("127.0.0.2")
 	m := cm.NewManager(cm.Config{})
 	_, err = m.Dial(time.Unix(0, 0), cm.DialParams{Local: netip.MustParseAddr("127.0.0.3"), Remote: server,
@@ -295,9 +266,9 @@ func TestRpingGivingUpSendsREJ(t *testing.T) {
 	rep, ok := recv("REP").(*cm.REP)
 	require.True(t, ok, "a REP")
 	sigs.send(t, 1, os.Interrupt)
-	wg.Wait()
-	assert.Equal(t, 130, scode, "server: %s", serr.String())
-	assert.Contains(t, serr.String(), "interrupted by SIGINT: 1 rdma_cm connection attempt(s) given up, the peer told with a REJ")
+	scode := s.wait()
+	assert.Equal(t, 130, scode, "server: %s", s.err.String())
+	assert.Contains(t, s.err.String(), "interrupted by SIGINT: 1 rdma_cm connection attempt(s) given up, the peer told with a REJ")
 	rej, ok = recv("REJ").(*cm.REJ)
 	require.True(t, ok, "a REJ")
 	assert.Equal(t, cm.RejConsumer, rej.Reason)
@@ -309,21 +280,13 @@ func TestRpingGivingUpSendsREJ(t *testing.T) {
 // so and ends well: the pings were done.
 func TestRpingClientLostDREP(t *testing.T) {
 	udp := freeUDPPort(t)
-	var wg sync.WaitGroup
-	var sout, serr lockedBuffer
-	var scode int
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		scode = run([]string{"rping", "-s", "-d", "--bind", "127.0.0.2", "--udp-port", udp, "-p", "7180", "--timeout", "60s"}, &sout, &serr)
-	}()
-	waitFor(t, "the server to listen", func() bool { return strings.Contains(sout.String(), "listening on") })
+	s := startServer(t, []string{"rping", "-s", "-d", "--bind", "127.0.0.2", "--udp-port", udp, "-p", "7180", "--timeout", "60s"}, "listening on")
 	var cout, cerr bytes.Buffer
 	// The client's second CM MAD in is the DREP (the first the REP).
 	ccode := run([]string{"rping", "-c", "--bind", "127.0.0.1", "--udp-port", udp, "-a", "127.0.0.2", "-p", "7180",
 		"-C", "2", "-V", "--fault", "drop:dir=in,opcode=UD_SEND_ONLY,nth=2", "--timeout", "60s"}, &cout, &cerr)
-	wg.Wait()
-	assert.Equal(t, 0, scode, "server: %s", serr.String())
+	scode := s.wait()
+	assert.Equal(t, 0, scode, "server: %s", s.err.String())
 	require.Equal(t, 0, ccode, "client: %s", cerr.String())
 	assert.Contains(t, cerr.String(), "client DISCONNECT: no DREP from the server within 2s; disconnected without it")
 }

@@ -100,45 +100,26 @@ func TestRpingSignal(t *testing.T) {
 	sigs := useFakeSignals(t)
 	udp := freeUDPPort(t)
 	capture := filepath.Join(t.TempDir(), "client.pcap")
-	var sout, serr, cout, cerr lockedBuffer
-	var scode, ccode int
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		scode = run([]string{"rping", "-s", "-d", "--bind", "127.0.0.2", "--udp-port", udp, "-p", "7177", "-S", "64", "--timeout", "60s"}, &sout, &serr)
-	}()
-	waitFor(t, "the server to listen", func() bool { return strings.Contains(sout.String(), "listening on") })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		ccode = run([]string{"rping", "-c", "--bind", "127.0.0.1", "--udp-port", udp, "-a", "127.0.0.2", "-p", "7177", "-v", "-V",
-			"-S", "64", "--pcap", capture, "--timeout", "60s"}, &cout, &cerr)
-	}()
-	waitFor(t, "pings", func() bool { return strings.Count(cout.String(), "ping data:") >= 5 })
+	s := startServer(t, []string{"rping", "-s", "-d", "--bind", "127.0.0.2", "--udp-port", udp, "-p", "7177", "-S", "64", "--timeout", "60s"}, "listening on")
+	c := goRun([]string{"rping", "-c", "--bind", "127.0.0.1", "--udp-port", udp, "-a", "127.0.0.2", "-p", "7177", "-v", "-V",
+		"-S", "64", "--pcap", capture, "--timeout", "60s"})
+	waitFor(t, "pings", func() bool { return strings.Count(c.out.String(), "ping data:") >= 5 })
 	sigs.send(t, 1, os.Interrupt)
-	wg.Wait()
-	assert.Equal(t, 130, ccode, "client: %s", cerr.String())
-	assert.Contains(t, cerr.String(), "interrupted by SIGINT: DREQ sent on 1 rdma_cm connection(s), each answered with a DREP")
-	assert.Contains(t, cerr.String(), "roce-emu rping: cm counters: MADs sent 3, received 2")
-	assert.Contains(t, cerr.String(), "roce-emu rping: qp counters: sent ")
-	assert.Equal(t, 0, scode, "server: %s", serr.String())
-	assert.Contains(t, serr.String(), "server DISCONNECT EVENT...")
+	ccode, scode := c.wait(), s.wait()
+	assert.Equal(t, 130, ccode, "client: %s", c.err.String())
+	assert.Contains(t, c.err.String(), "interrupted by SIGINT: DREQ sent on 1 rdma_cm connection(s), each answered with a DREP")
+	assert.Contains(t, c.err.String(), "roce-emu rping: cm counters: MADs sent 3, received 2")
+	assert.Contains(t, c.err.String(), "roce-emu rping: qp counters: sent ")
+	assert.Equal(t, 0, scode, "server: %s", s.err.String())
+	assert.Contains(t, s.err.String(), "server DISCONNECT EVENT...")
 	assert.Equal(t, []cm.AttrID{cm.AttrREQ, cm.AttrREP, cm.AttrRTU, cm.AttrDREQ, cm.AttrDREP}, cmMADs(t, capture, udp))
 
 	// SIGTERM while the server waits for a client.
-	sout.Reset()
-	serr.Reset()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		scode = run([]string{"rping", "-s", "-d", "--bind", "127.0.0.2", "--udp-port", udp, "-p", "7177", "--timeout", "60s"}, &sout, &serr)
-	}()
-	waitFor(t, "the server to listen", func() bool { return strings.Contains(sout.String(), "listening on") })
+	s = startServer(t, []string{"rping", "-s", "-d", "--bind", "127.0.0.2", "--udp-port", udp, "-p", "7177", "--timeout", "60s"}, "listening on")
 	sigs.send(t, 2, syscall.SIGTERM)
-	wg.Wait()
-	assert.Equal(t, 143, scode, "server: %s", serr.String())
-	assert.Contains(t, serr.String(), "interrupted by SIGTERM: no rdma_cm connection was up")
+	scode = s.wait()
+	assert.Equal(t, 143, scode, "server: %s", s.err.String())
+	assert.Contains(t, s.err.String(), "interrupted by SIGTERM: no rdma_cm connection was up")
 }
 
 // Ctrl-C on bw -R in the middle of a timed run: the client sends a DREQ
@@ -150,32 +131,20 @@ func TestPerfRDMACMSignal(t *testing.T) {
 	port, udp := freeTCPPort(t), freeUDPPort(t)
 	capture := filepath.Join(t.TempDir(), "client.pcap")
 	common := []string{"bw", "-R", "-o", "write", "-s", "4096", "-D", "60", "--udp-port", udp, "-p", port, "--timeout", "90s"}
-	var sout, serr, cout, cerr lockedBuffer
-	var scode, ccode int
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		scode = run(append(append([]string{}, common...), "--bind", "127.0.0.2"), &sout, &serr)
-	}()
-	waitFor(t, "the server to listen", func() bool { return strings.Contains(sout.String(), "Waiting for client") })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		ccode = run(append(append([]string{}, common...), "--bind", "127.0.0.1", "--pcap", capture, "127.0.0.2"), &cout, &cerr)
-	}()
-	waitFor(t, "the connection", func() bool { return strings.Contains(cout.String(), "remote address") })
+	s := startServer(t, append(append([]string{}, common...), "--bind", "127.0.0.2"), "Waiting for client")
+	c := goRun(append(append([]string{}, common...), "--bind", "127.0.0.1", "--pcap", capture, "127.0.0.2"))
+	waitFor(t, "the connection", func() bool { return strings.Contains(c.out.String(), "remote address") })
 	time.Sleep(500 * time.Millisecond) // traffic runs
 	sigs.send(t, 1, os.Interrupt)
-	wg.Wait()
-	assert.Equal(t, 130, ccode, "client: %s", cerr.String())
-	assert.Contains(t, cerr.String(), "roce-emu bw: interrupted by SIGINT: DREQ sent on 1 rdma_cm connection(s), each answered with a DREP")
+	ccode, scode := c.wait(), s.wait()
+	assert.Equal(t, 130, ccode, "client: %s", c.err.String())
+	assert.Contains(t, c.err.String(), "roce-emu bw: interrupted by SIGINT: DREQ sent on 1 rdma_cm connection(s), each answered with a DREP")
 	// The exchange's DREQ is named too: the two on the wire.
-	assert.Contains(t, cerr.String(), "each answered with a DREP; the exchange's connection: DREQ sent on 1 rdma_cm connection(s), each answered with a DREP")
-	assert.Contains(t, cerr.String(), "roce-emu bw: cm counters: ")
-	assert.Regexp(t, `roce-emu bw: qp counters: sent [1-9]`, cerr.String())
+	assert.Contains(t, c.err.String(), "each answered with a DREP; the exchange's connection: DREQ sent on 1 rdma_cm connection(s), each answered with a DREP")
+	assert.Contains(t, c.err.String(), "roce-emu bw: cm counters: ")
+	assert.Regexp(t, `roce-emu bw: qp counters: sent [1-9]`, c.err.String())
 	assert.NotEqual(t, 0, scode)
-	assert.NotContains(t, serr.String(), "deadline", "the server learnt the client left before its --timeout")
+	assert.NotContains(t, s.err.String(), "deadline", "the server learnt the client left before its --timeout")
 	mads := cmMADs(t, capture, udp)
 	count := func(a cm.AttrID) (n int) {
 		for _, m := range mads {
