@@ -57,6 +57,10 @@ type harness struct {
 	// guest's GID gid6) instead of IPv4 (GID index 1).
 	v6   bool
 	gid6 int
+	// bootTimeout is -boot-timeout; restarts counts the guest restarts
+	// (restartStalledGuest).
+	bootTimeout time.Duration
+	restarts    int
 }
 
 // hostRoCE is the host address roce-emu binds RoCEv2 to.
@@ -93,6 +97,7 @@ func main() {
 	}
 	h.log = os.Stdout
 	start := time.Now()
+	h.bootTimeout = *boot
 	err := h.bootGuest(*boot)
 	if err != nil {
 		fmt.Printf("FAIL boot: %v\n", err)
