@@ -90,8 +90,16 @@ func TestRxeDuplicateSendFirst(t *testing.T) {
 		for i, v := range reqs {
 			ds[i] = Datagram{Data: v.data, Src: netip.AddrPortFrom(rxe, 49543), Dst: ours.LocalAddr()}
 		}
-		_, err = peer.WriteBatch(ds)
-		require.NoError(t, err)
+		// As in the capture: the First, its copy 0.5 ms later, then the
+		// rest. Written at once, where the Endpoint's reads cut the batch
+		// decides whether the copy's re-ACK leaves before the Last's ACK
+		// replaces it in the queue (one ACK, not the capture's two).
+		for _, part := range [][]Datagram{ds[:1], ds[1:2], ds[2:]} {
+			_, err = peer.WriteBatch(part)
+			require.NoError(t, err)
+			time.Sleep(500 * time.Microsecond)
+			synctest.Wait()
+		}
 		wc := wait(t, cq, 1)
 		require.Equal(t, qp.IBV_WC_SUCCESS, wc[0].Status)
 		assert.Equal(t, uint32(65536), wc[0].ByteLen)
