@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/roce-emu/roce-emu/internal/fifo"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -202,12 +203,11 @@ type Endpoint struct {
 	sendFn   func()    // sendLoop as a func value: go sendFn() allocates nothing
 
 	mu  sync.Mutex
-	qps map[uint32]*QP // by QPN: the receive path's demultiplexer
-	// order holds every QP; timers, active and dirty schedule those
-	// with something to do (schedule.go).
-	order  []*QP
+	qps map[uint32]*QP // every QP, by QPN: the receive path's demultiplexer
+	// timers, active and dirty schedule the QPs with something to do
+	// (schedule.go).
 	timers deadlineHeap
-	active qpQueue
+	active fifo.Queue[*QP] // the QPs that may have a packet to send, in turn
 	dirty  []*QP
 	cqs    []*CQ
 	// waiting holds the CQs that have goroutines in Wait (CQ.listed).
@@ -534,8 +534,8 @@ func (ep *Endpoint) sendBatchLocked(now time.Time) bool {
 // whether it stopped because the batch was full. A QP with nothing more
 // to send leaves the active queue until its next event.
 func (ep *Endpoint) collectLocked(now time.Time) bool {
-	for n := ep.active.len(); n > 0; n-- {
-		q := ep.active.pop()
+	for n := ep.active.Len(); n > 0; n-- {
+		q := ep.active.Pop()
 		if q.gone {
 			continue
 		}
@@ -544,7 +544,7 @@ func (ep *Endpoint) collectLocked(now time.Time) bool {
 		more := true
 		for range sendQuota {
 			if len(ep.batch) == ep.opts.SendBatch {
-				ep.active.push(q)
+				ep.active.Push(q)
 				return true
 			}
 			if !q.q.NextPacket(now, &ep.pkt) {
@@ -573,7 +573,7 @@ func (ep *Endpoint) collectLocked(now time.Time) bool {
 		}
 		if more {
 			// Its quota is used: its next turn comes after the others'.
-			ep.active.push(q)
+			ep.active.Push(q)
 			n++ // it is still to be asked within this batch
 		} else {
 			q.active = false
@@ -789,7 +789,6 @@ func (ep *Endpoint) NewQP(pd *PD, sendCQ, recvCQ *CQ, init qp.InitAttr) (*QP, er
 		w.cnpTOS = bth.TrafficClass(init.CC.CNPDSCP, bth.ECT0)
 	}
 	ep.qps[q.QPN] = w
-	ep.order = append(ep.order, w)
 	return w, nil
 }
 
@@ -1010,12 +1009,6 @@ func (w *QP) Destroy() {
 	delete(w.ep.qps, w.q.QPN)
 	w.ep.dropLocked(w)
 	w.q.Destroy()
-	for i, q := range w.ep.order {
-		if q == w {
-			w.ep.order = append(w.ep.order[:i], w.ep.order[i+1:]...)
-			break
-		}
-	}
 }
 
 // Locked runs f with the Endpoint's lock held, so that what f does to

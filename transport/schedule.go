@@ -66,33 +66,6 @@ func (h *deadlineHeap) setDeadline(w *QP, d time.Time) {
 	}
 }
 
-// qpQueue is a FIFO of QPs (the active ones, in turn); popping is O(1)
-// and the backing array is reused.
-type qpQueue struct {
-	q    []*QP
-	head int
-}
-
-func (f *qpQueue) len() int { return len(f.q) - f.head }
-
-func (f *qpQueue) push(w *QP) {
-	if f.head > 0 && f.head == len(f.q) {
-		f.q, f.head = f.q[:0], 0
-	} else if f.head > 64 && f.head > len(f.q)/2 {
-		n := copy(f.q, f.q[f.head:])
-		clear(f.q[n:])
-		f.q, f.head = f.q[:n], 0
-	}
-	f.q = append(f.q, w)
-}
-
-func (f *qpQueue) pop() *QP {
-	w := f.q[f.head]
-	f.q[f.head] = nil
-	f.head++
-	return w
-}
-
 // touchLocked records that w had an event: it may have packets to send
 // and a new deadline (ep.mu held).
 func (ep *Endpoint) touchLocked(w *QP) {
@@ -101,7 +74,7 @@ func (ep *Endpoint) touchLocked(w *QP) {
 	}
 	if !w.active {
 		w.active = true
-		ep.active.push(w)
+		ep.active.Push(w)
 	}
 	ep.dirtyLocked(w)
 }

@@ -15,6 +15,7 @@ package sim
 
 import (
 	"fmt"
+	"github.com/roce-emu/roce-emu/internal/fifo"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -178,12 +179,6 @@ func (h *events) pop() event {
 	return top
 }
 
-// fifo is a queue of events in time order: a lane.
-type fifo struct {
-	q    []event
-	head int
-}
-
 // nLanes is the number of lanes: one each for arrivals, departures,
 // deliveries, CNPs, sends, and sends the pacer held back (a flow's next
 // send is first looked at when its link is free, one packet time after
@@ -217,34 +212,6 @@ func lane(k eventKind) int {
 	return -1
 }
 
-// tail returns the last event of the lane, nil when it is empty.
-func (f *fifo) tail() *event {
-	if f.empty() {
-		return nil
-	}
-	return &f.q[len(f.q)-1]
-}
-
-func (f *fifo) push(e event) {
-	if f.head > 0 && f.head == len(f.q) {
-		f.q, f.head = f.q[:0], 0
-	} else if f.head >= 4096 && f.head*2 >= len(f.q) {
-		n := copy(f.q, f.q[f.head:])
-		f.q, f.head = f.q[:n], 0
-	}
-	f.q = append(f.q, e)
-}
-
-func (f *fifo) empty() bool { return f.head == len(f.q) }
-
-func (f *fifo) peek() *event { return &f.q[f.head] }
-
-func (f *fifo) pop() event {
-	e := f.q[f.head]
-	f.head++
-	return e
-}
-
 type flow struct {
 	rp       *cc.ReactionPoint
 	snd      *cc.Sender // rp and the flow's pacer
@@ -270,35 +237,24 @@ type flow struct {
 	npAt                          time.Duration
 }
 
-// times is a first-in-first-out queue of times.
-type times struct {
-	q    []time.Duration
-	head int
-}
+// times is a first-in-first-out queue of times (fifo.Queue, bounded
+// by what it holds even when it never empties: a flow with a packet
+// always in a full port).
+type times struct{ q fifo.Queue[time.Duration] }
 
-func (t *times) push(at time.Duration) {
-	if t.head == len(t.q) {
-		t.q, t.head = t.q[:0], 0
-	} else if t.head >= 4096 && t.head*2 >= len(t.q) {
-		// A queue that never empties (a flow with a packet always in a
-		// full port) is compacted, as fifo is, so that its memory is
-		// bounded by what it holds, not by the run's length.
-		n := copy(t.q, t.q[t.head:])
-		t.q, t.head = t.q[:n], 0
-	}
-	t.q = append(t.q, at)
-}
+func (t *times) push(at time.Duration) { t.q.Push(at) }
 
+// pop drops the first time, if any.
 func (t *times) pop() {
-	if t.head < len(t.q) {
-		t.head++
+	if t.q.Len() > 0 {
+		t.q.Pop()
 	}
 }
 
 // front returns the first time, ok false when there is none.
 func (t *times) front() (time.Duration, bool) {
-	if t.head < len(t.q) {
-		return t.q[t.head], true
+	if f := t.q.Front(); f != nil {
+		return *f, true
 	}
 	return 0, false
 }
@@ -588,7 +544,7 @@ type state struct {
 	// fixed time ahead (arrivals, departures, deliveries, CNPs, sends),
 	// each in the order scheduled: as long as that order is also time
 	// order they need no heap (see push).
-	lanes [nLanes]fifo
+	lanes [nLanes]fifo.Queue[event] // each in time order
 	seq   uint64
 	// clock is the time of what is being handled: an event, or in the
 	// fast path a sender's attempt or an arrival. Events scheduled now are
@@ -622,8 +578,8 @@ type state struct {
 func (s *state) push(e event) {
 	e = s.stamp(e)
 	if l := lane(e.kind); l >= 0 {
-		if t := s.lanes[l].tail(); t == nil || !e.before(t) {
-			s.lanes[l].push(e)
+		if t := s.lanes[l].Back(); t == nil || !e.before(t) {
+			s.lanes[l].Push(e)
 			return
 		}
 	}
@@ -645,7 +601,7 @@ func (s *state) next() (event, bool) {
 	case src == -1:
 		return s.ev.pop(), true
 	case src >= 0:
-		return s.lanes[src].pop(), true
+		return s.lanes[src].Pop(), true
 	}
 	return event{}, false
 }
@@ -666,10 +622,10 @@ func (s *state) peekSrc() (int, *event) {
 		best, src = &s.ev[0], -1
 	}
 	for i := range s.lanes {
-		if s.lanes[i].empty() {
+		if s.lanes[i].Len() == 0 {
 			continue
 		}
-		if h := s.lanes[i].peek(); best == nil || h.before(best) {
+		if h := s.lanes[i].Front(); best == nil || h.before(best) {
 			best, src = h, i
 		}
 	}

@@ -23,7 +23,7 @@ func TestTimesQueueBounded(t *testing.T) {
 		q.pop()
 		next++
 	}
-	if c := cap(q.q); c > 16384 {
+	if c := q.q.Cap(); c > 16384 {
 		t.Errorf("capacity %d after a million pushes with 3 held, want it bounded (at most 16384)", c)
 	}
 }

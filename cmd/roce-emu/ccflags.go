@@ -28,8 +28,8 @@ type ccFlags struct {
 	params   multiFlag
 	lineRate string
 	via      string
-	// peerTimeout ends a run whose QPs have work outstanding and have
-	// received nothing for this long (0: never); see watchPeerSilence.
+	// peerTimeout ends a run whose QPs have received nothing for this
+	// long once traffic runs (0: never); see watchPeerSilence.
 	peerTimeout time.Duration
 
 	// Set by check.
@@ -57,8 +57,8 @@ func (c *ccFlags) check() error {
 	if c.p, err = dcqcnParams(c.profile, rate, c.params); err != nil {
 		return err
 	}
-	if c.peerTimeout < 0 || (c.peerTimeout > 0 && c.peerTimeout < time.Millisecond) {
-		return fmt.Errorf("--peer-timeout %v: give 0 (never) or at least 1ms", c.peerTimeout)
+	if err := checkPeerTimeout(c.peerTimeout); err != nil {
+		return err
 	}
 	if c.via != "" {
 		a, err := netip.ParseAddrPort(c.via)

@@ -253,6 +253,15 @@ func deadPathLine(timeouts uint64, av qp.AddressVector) string {
 // short enough that a user whose peer died is told in half a minute.
 const defaultPeerTimeout = 30 * time.Second
 
+// checkPeerTimeout refuses a --peer-timeout watchPeerSilence cannot use:
+// negative, or under the 1 ms its poll step needs (0 turns it off).
+func checkPeerTimeout(d time.Duration) error {
+	if d < 0 || (d > 0 && d < time.Millisecond) {
+		return fmt.Errorf("--peer-timeout %v: give 0 (never) or at least 1ms", d)
+	}
+	return nil
+}
+
 // errPeerSilent is the cause of a run watchPeerSilence stopped.
 var errPeerSilent = errors.New("stopped: nothing from the peer (said above)")
 

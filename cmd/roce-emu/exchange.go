@@ -130,28 +130,17 @@ func (b *stepBound) step(parent context.Context) (context.Context, context.Cance
 		return context.WithCancel(parent)
 	}
 	ctx, cancel := context.WithCancelCause(parent)
-	tick := max(b.timeout/8, time.Millisecond)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(tick)
-		defer t.Stop()
-		start := time.Now()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if time.Since(lastHeard(start, b.qps...)) >= b.timeout {
-					cancel(&exchangeStallError{peer: b.peer, timeout: b.timeout, after: " (nor any RoCE packet from it)"})
-					return
-				}
-			}
+	start := time.Now()
+	stop := poll(ctx, max(b.timeout/8, time.Millisecond), func(<-chan struct{}) bool {
+		if time.Since(lastHeard(start, b.qps...)) < b.timeout {
+			return true
 		}
-	}()
+		cancel(&exchangeStallError{peer: b.peer, timeout: b.timeout, after: " (nor any RoCE packet from it)"})
+		return false
+	}, nil)
 	return ctx, func() {
+		stop()
 		cancel(context.Canceled)
-		<-done
 	}
 }
 

@@ -340,11 +340,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	defer watchProgress(ctx, f.progress, f.stderr, r.q)()
 	ctx, stopMismatch := watchMismatch(ctx, f.stderr, kind, op, f, r.q)
 	defer stopMismatch()
-	silent := make([]*transport.QP, len(r.qps))
-	for i, pq := range r.qps {
-		silent[i] = pq.q
-	}
-	ctx, stopSilence := watchPeerSilence(ctx, f.stderr, kind, f.peerTimeout, silent...)
+	ctx, stopSilence := watchPeerSilence(ctx, f.stderr, kind, f.peerTimeout, qs...)
 	defer stopSilence()
 	defer func() { err = saidAbove(ctx, err) }()
 	r.ctx = ctx
@@ -401,9 +397,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 	}
 	// The CNPs this side owes leave before the last exchange, after which
 	// the peer counts what it received.
-	for _, pq := range r.qps {
-		flushCNPs(ctx, pq.q)
-	}
+	flushCNPs(ctx, qs...)
 	// ib_write_lat closes the socket without a last barrier or "done".
 	if !(kind == "lat" && op == qp.IBV_WR_RDMA_WRITE) {
 		if err := r.bound.do(ctx, s.Done); err != nil {

@@ -113,8 +113,8 @@ func (f *rpingFlags) check() error {
 	if f.timeout < 0 {
 		return fmt.Errorf("--timeout %v: must not be negative", f.timeout)
 	}
-	if f.peerTimeout < 0 || (f.peerTimeout > 0 && f.peerTimeout < time.Millisecond) {
-		return fmt.Errorf("--peer-timeout %v: give 0 (never) or at least 1ms", f.peerTimeout)
+	if err := checkPeerTimeout(f.peerTimeout); err != nil {
+		return err
 	}
 	if f.source != "" {
 		f.bind = f.source
@@ -325,7 +325,7 @@ func (s *rpingSession) run(ctx context.Context, svc *rdmacm.Service) error {
 	stopSilence()
 	if errors.Is(err, errPeerSilent) {
 		// The server is gone: no DREP will come (run's deferred
-		// disconnectCM sends the DREQ and waits a bounded time).
+		// disconnect sends the DREQ and does not wait for one).
 		return s.finish(err)
 	}
 	if ctx.Err() != nil {
