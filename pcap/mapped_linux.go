@@ -160,7 +160,7 @@ func (r *mappedPcap) read(p []byte) (n int, err error) {
 	for r.next < end && r.next+16 <= len(d) {
 		h := d[r.next : r.next+16]
 		capLen, orig := r.order.Uint32(h[8:]), r.order.Uint32(h[12:])
-		if capLen > maxSnaplen || orig < capLen || int(capLen) > len(d)-r.next-16 {
+		if !plainRecord(capLen, orig) || int(capLen) > len(d)-r.next-16 {
 			break
 		}
 		r.next += 16 + int(capLen)

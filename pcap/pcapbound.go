@@ -27,6 +27,12 @@ func newPcapValidator(r io.Reader, order binary.ByteOrder, fileHeader []byte) *p
 	return v
 }
 
+// plainRecord reports whether nextRecord hands a record header with
+// these lengths on unchanged: no error, no length mended. The mapped
+// reader (mapped_linux.go) checks headers in place with it and leaves
+// every other record to a pcapValidator.
+func plainRecord(capLen, orig uint32) bool { return capLen <= maxSnaplen && orig >= capLen }
+
 func (v *pcapValidator) nextRecord() error {
 	v.start, v.size = v.off, 0
 	b := v.rec[:]
