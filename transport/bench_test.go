@@ -112,14 +112,18 @@ func benchWriteBW(b *testing.B, mtu qp.MTU, conns [2]Conn) {
 
 // BenchmarkSendLatency measures SEND ping-pong over UDP on loopback: one op
 // is a round trip of 8-byte SENDs; us/half-rtt is what ib_send_lat reports.
-// It runs with Options.BusyPoll off and at 50 us; BenchmarkRawUDPPingPong
-// is its baseline.
+// It runs with Options.BusyPoll off and at 50 us, and once with
+// Options.ReplyHold off (each ACK written as its SEND is handled);
+// BenchmarkRawUDPPingPong is its baseline. The Conns compute the UDP
+// checksum, as roce-emu's commands do on a loopback --bind, so that UDP
+// GSO is on.
 //
 //	go test ./transport -run '^$' -bench 'SendLatency|RawUDPPingPong'
 func BenchmarkSendLatency(b *testing.B) {
 	for _, bp := range busyPolls {
-		b.Run(bp.name, func(b *testing.B) { benchSendLatency(b, bp.d) })
+		b.Run(bp.name, func(b *testing.B) { benchSendLatency(b, Options{BusyPoll: bp.d}) })
 	}
+	b.Run("reply-hold=off", func(b *testing.B) { benchSendLatency(b, Options{ReplyHold: -1}) })
 }
 
 // busyPolls are the busy-poll settings the latency benchmarks run with.
@@ -128,8 +132,8 @@ var busyPolls = []struct {
 	d    time.Duration
 }{{"busy-poll=off", 0}, {"busy-poll=50us", 50 * time.Microsecond}}
 
-func benchSendLatency(b *testing.B, busyPoll time.Duration) {
-	s := connectOpts(b, udpPair(b), defaultPair(), Options{BusyPoll: busyPoll})
+func benchSendLatency(b *testing.B, opts Options) {
+	s := connectOpts(b, udpPairOpts(b, UDPOptions{ComputeUDPChecksum: true}), defaultPair(), opts)
 	a, z := s[0], s[1]
 	buf := [2][]byte{make([]byte, 8), make([]byte, 8)}
 	var mr [2]*qp.MR

@@ -111,7 +111,26 @@ type Options struct {
 	// clock stands still while goroutines run. Zero (the default) sleeps.
 	// docs/datapath.md has the goroutines and the figures.
 	BusyPoll time.Duration
+	// ReplyHold is how long the Endpoint may hold back the packets (the
+	// ACKs) that a received batch produced when that batch also completed
+	// work a goroutine in CQ.Wait was waiting for, so that they leave in
+	// one write with what that goroutine posts in reply: a ping-pong's
+	// ACK and answer go out, and arrive, together instead of costing a
+	// system call and a wake-up of the peer each. They leave at the first
+	// of: a PostSend or Modify of any QP of the Endpoint, a CQ.Wait or
+	// CQ.Poll that finds its CQ empty, the next batch read, Close, and
+	// this long after the batch (a timer, which the Go runtime may fire
+	// up to a millisecond late when the process is otherwise idle). Only
+	// one batch's packets are held at a time. A responder may coalesce
+	// ACKs (IBTA 9.7.5.1.3); the wire order is unchanged. 0 means
+	// DefaultReplyHold; negative never holds (each batch's ACKs leave as
+	// it is handled, as rxe sends them). Keep it well under the peer's
+	// local ACK timeout (4.096 us x 2^timeout).
+	ReplyHold time.Duration
 }
+
+// DefaultReplyHold is Options.ReplyHold's default.
+const DefaultReplyHold = 100 * time.Microsecond
 
 // DefaultSendBatch is Options.SendBatch's default.
 const DefaultSendBatch = 64
@@ -201,6 +220,10 @@ type Endpoint struct {
 	sendIdle sync.Cond // broadcast when a batch has been written (L is &mu)
 	closing  bool      // Close is sending what was queued
 	sendFn   func()    // sendLoop as a func value: go sendFn() allocates nothing
+	// held: the read loop left its batch's packets queued for a waiter's
+	// reply (Options.ReplyHold), until heldDue at the latest.
+	held    bool
+	heldDue time.Time
 
 	mu  sync.Mutex
 	qps map[uint32]*QP // every QP, by QPN: the receive path's demultiplexer
@@ -236,6 +259,9 @@ func NewEndpoint(conn Conn, opts Options) *Endpoint {
 	if opts.SendBatch <= 0 {
 		opts.SendBatch = DefaultSendBatch
 	}
+	if opts.ReplyHold == 0 {
+		opts.ReplyHold = DefaultReplyHold
+	}
 	ep := &Endpoint{conn: conn, opts: opts, log: log, clock: clockOr(opts.Clock), qps: map[uint32]*QP{}, dev: qp.NewDevice(), done: make(chan struct{})}
 	_, ep.onNetwork = innermost(conn).(*memConn)
 	ep.sendFn = ep.sendLoop
@@ -252,10 +278,12 @@ func NewEndpoint(conn Conn, opts Options) *Endpoint {
 // LocalAddr returns the address the Endpoint receives on.
 func (ep *Endpoint) LocalAddr() netip.AddrPort { return ep.conn.LocalAddr() }
 
-// Stats returns a copy of the Endpoint's counters.
+// Stats returns a copy of the Endpoint's counters, after writing the
+// packets held for a reply (Options.ReplyHold), as QP.Counters.
 func (ep *Endpoint) Stats() Stats {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
+	ep.flushHeldLocked()
 	return ep.stats
 }
 
@@ -330,7 +358,7 @@ func (ep *Endpoint) readLoop() {
 		for i := range n {
 			ep.receiveLocked(now, &ds[i])
 		}
-		ep.flushLocked(now)
+		ep.flushReceivedLocked(now)
 		closed := ep.closed
 		ep.mu.Unlock()
 		if closed {
@@ -443,6 +471,7 @@ func (ep *Endpoint) flushLocked(now time.Time) {
 	if ep.closed {
 		return
 	}
+	ep.held = false
 	if ep.sending {
 		ep.pending = true
 	} else if ep.sendBatchLocked(now) && !ep.senderOn && !ep.closed {
@@ -452,6 +481,38 @@ func (ep *Endpoint) flushLocked(now time.Time) {
 	}
 	ep.signalLocked()
 	ep.armLocked()
+}
+
+// flushReceivedLocked is flushLocked after the read loop handled a batch:
+// when the batch completed work that a goroutine waits for, and no
+// packets are held already, it wakes that goroutine and holds the
+// packets for its reply instead of writing them (Options.ReplyHold).
+func (ep *Endpoint) flushReceivedLocked(now time.Time) {
+	if ep.opts.ReplyHold > 0 && !ep.held && !ep.sending && !ep.closed && ep.active.Len() > 0 && ep.wakesLocked() {
+		ep.held, ep.heldDue = true, now.Add(ep.opts.ReplyHold)
+		ep.signalLocked()
+		ep.armLocked()
+		return
+	}
+	ep.flushLocked(now)
+}
+
+// wakesLocked says whether signalLocked would wake a goroutine.
+func (ep *Endpoint) wakesLocked() bool {
+	for _, c := range ep.waiting {
+		if len(c.waiters) > 0 && c.cq.Len() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// flushHeldLocked writes the packets the read loop held, if any: the
+// goroutine they waited for went idle (its CQ is empty) without posting.
+func (ep *Endpoint) flushHeldLocked() {
+	if ep.held {
+		ep.flushLocked(ep.clock.Now())
+	}
 }
 
 // signalLocked wakes the waiters of CQs that hold completions, and
@@ -506,6 +567,7 @@ func (ep *Endpoint) sendBatchLocked(now time.Time) bool {
 	ep.arena = ep.arena[:0]
 	ep.batch = ep.batch[:0]
 	full := ep.collectLocked(now)
+	ackAfterRequests(ep.batch)
 	ep.appendGSILocked() // a few CM answers at most (gsiQueueLen)
 	if len(ep.batch) == 0 {
 		return false
@@ -582,6 +644,57 @@ func (ep *Endpoint) collectLocked(now time.Time) bool {
 	return false
 }
 
+// ackAfterRequests moves each RC ACK (or NAK) of a batch that is
+// followed by longer requests of the same flow (UDP source and
+// destination, TOS and TTL) to the end of those requests. A ping-pong's
+// ACK and reply, held together (Options.ReplyHold), then leave as one UDP
+// GSO send, whose segments must all be the first one's size but the last
+// (the Conn glues runs), and the peer's socket receives the two at once,
+// instead of being woken, perhaps switched to, for each. The ACK answers
+// the peer's requests and the requests are this QP's own, two PSN
+// streams whose relative order IBTA leaves open (rxe's responder and
+// requester run as separate tasks); an ACK is never moved behind READ
+// responses or another ACK, which share its stream.
+func ackAfterRequests(b []Datagram) {
+	for i := 0; i+1 < len(b); i++ {
+		if len(b[i].Data) == 0 || bth.Opcode(b[i].Data[0]) != bth.RCAcknowledge || len(b[i+1].Data) <= len(b[i].Data) {
+			continue
+		}
+		j := i
+		for j+1 < len(b) && sameFlow(&b[i], &b[j+1]) && isRequest(b[j+1].Data) {
+			j++
+		}
+		if j == i {
+			continue
+		}
+		ack := b[i]
+		copy(b[i:j], b[i+1:j+1])
+		b[j] = ack
+		i = j
+	}
+}
+
+// sameFlow says whether a and b could leave in one UDP GSO send.
+func sameFlow(a, b *Datagram) bool {
+	return a.Src == b.Src && a.Dst == b.Dst && a.TOS == b.TOS && a.TTL == b.TTL
+}
+
+// isRequest says whether a datagram's BTH opcode is a requester's.
+func isRequest(d []byte) bool {
+	if len(d) == 0 {
+		return false
+	}
+	info := bth.Opcode(d[0]).Info()
+	if info == nil {
+		return false
+	}
+	switch info.Op {
+	case bth.OpSend, bth.OpWrite, bth.OpReadRequest, bth.OpCompareSwap, bth.OpFetchAdd:
+		return true
+	}
+	return false
+}
+
 // PD is a protection domain of an Endpoint.
 type PD struct {
 	ep *Endpoint
@@ -654,7 +767,11 @@ func (c *CQ) signal() {
 func (c *CQ) Poll(wc []qp.WC) int {
 	c.ep.mu.Lock()
 	defer c.ep.mu.Unlock()
-	return c.cq.Poll(wc)
+	n := c.cq.Poll(wc)
+	if n == 0 {
+		c.ep.flushHeldLocked()
+	}
+	return n
 }
 
 // ErrClosed is returned by Wait once the Endpoint is closed.
@@ -681,6 +798,12 @@ func (c *CQ) Wait(ctx context.Context, wc []qp.WC) (int, error) {
 		if c.ep.closed {
 			c.ep.mu.Unlock()
 			return 0, ErrClosed
+		}
+		c.ep.flushHeldLocked()
+		if n := c.cq.Poll(wc); n > 0 {
+			// Completions came while the lock was released to write.
+			c.ep.mu.Unlock()
+			return n, nil
 		}
 		if bp := c.ep.opts.BusyPoll; bp > 0 {
 			// Busy-polling: try again before parking, until the
@@ -809,10 +932,13 @@ func (w *QP) Attr() qp.Attr {
 	return w.q.Attr()
 }
 
-// Counters returns a copy of the QP's counters.
+// Counters returns a copy of the QP's counters. Packets held for a
+// reply (Options.ReplyHold) are written first, so that a run's last ACK
+// is counted once its completion was seen.
 func (w *QP) Counters() qp.Counters {
 	w.ep.mu.Lock()
 	defer w.ep.mu.Unlock()
+	w.ep.flushHeldLocked()
 	return w.q.Counters
 }
 
@@ -990,6 +1116,14 @@ func (w *QP) PostRecv(wr qp.RecvWR) error {
 		return err
 	}
 	w.ep.touchLocked(w)
+	if w.ep.held {
+		// A receive sends nothing of its own: the held ACKs wait for
+		// the reply that usually follows (a ping-pong reposts its
+		// receive, then sends).
+		w.ep.signalLocked()
+		w.ep.armLocked()
+		return nil
+	}
 	w.ep.flushLocked(w.ep.clock.Now())
 	return nil
 }

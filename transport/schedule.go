@@ -88,7 +88,8 @@ func (ep *Endpoint) dirtyLocked(w *QP) {
 }
 
 // armLocked refreshes the deadlines of the QPs touched and sets the timer
-// to the earliest QP deadline.
+// to the earliest QP deadline, or to when held packets must leave
+// (Options.ReplyHold) if that is earlier.
 func (ep *Endpoint) armLocked() {
 	for i, w := range ep.dirty {
 		ep.dirty[i] = nil
@@ -99,10 +100,16 @@ func (ep *Endpoint) armLocked() {
 		ep.timers.setDeadline(w, w.q.Deadline())
 	}
 	ep.dirty = ep.dirty[:0]
-	if len(ep.timers) == 0 {
+	var next time.Time
+	if len(ep.timers) > 0 {
+		next = ep.timers[0].due
+	}
+	if ep.held && (next.IsZero() || ep.heldDue.Before(next)) {
+		next = ep.heldDue
+	}
+	if next.IsZero() {
 		return
 	}
-	next := ep.timers[0].due
 	if !ep.timerAt.IsZero() && !next.Before(ep.timerAt) {
 		return
 	}

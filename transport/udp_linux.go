@@ -70,7 +70,10 @@ type udpConn struct {
 	gro          bool
 	gbufs        [][]byte
 	gm, gn, goff int
-	gseg         int // segment size of message gm (its length if not coalesced)
+	// gbuilt: how many of rhdrs readGRO has built; gused: how many the
+	// last read filled, to reset.
+	gbuilt, gused int
+	gseg          int // segment size of message gm (its length if not coalesced)
 
 	gso         atomic.Bool
 	gsoErrno    syscall.Errno
@@ -380,7 +383,15 @@ func (c *udpConn) readGRO(ds []Datagram, alias bool) (int, error) {
 			}
 		}
 		k := min(len(ds), len(c.gbufs))
-		for i := range k {
+		// The headers point at the Conn's own buffers, so they are built
+		// once; a read changes only the lengths and flags of the
+		// messages it fills, which are reset for the next (a read that
+		// found nothing changed none).
+		reset := c.gused
+		if k > c.gbuilt {
+			reset, c.gbuilt = k, k
+		}
+		for i := range reset {
 			c.riov[i].Base = &c.gbufs[i][0]
 			c.riov[i].SetLen(groBufLen)
 			h := &c.rhdrs[i]
@@ -390,6 +401,7 @@ func (c *udpConn) readGRO(ds []Datagram, alias bool) (int, error) {
 			h.hdr.SetControllen(oobLen)
 			h.n = 0
 		}
+		c.gused = 0
 		c.rk = k
 		c.spinSince = time.Time{}
 		if err := c.main.raw.Read(c.readFn); err != nil {
@@ -399,6 +411,7 @@ func (c *udpConn) readGRO(ds []Datagram, alias bool) (int, error) {
 			return 0, os.NewSyscallError("recvmmsg", c.rerrno)
 		}
 		c.gm, c.gn, c.goff = 0, c.rn, 0
+		c.gused = c.rn
 	}
 	filled := 0
 	for filled < len(ds) && c.gm < c.gn {

@@ -14,23 +14,28 @@ import (
 )
 
 // --busy-poll gives the Endpoint a 50 us busy-poll budget; --no-gso and
-// --no-gro reach the UDP Conn's options.
+// --no-gro reach the UDP Conn's options; --reply-hold 0 turns the hold
+// off (the library's -1).
 func TestDatapathFlags(t *testing.T) {
 	for _, c := range []struct {
 		args         []string
 		busy         time.Duration
 		noGSO, noGRO bool
+		hold         time.Duration
 	}{
-		{nil, 0, false, false},
-		{[]string{"--busy-poll"}, 50 * time.Microsecond, false, false},
-		{[]string{"--no-gso", "--no-gro"}, 0, true, true},
-		{[]string{"--no-gro"}, 0, false, true},
+		{nil, 0, false, false, 100 * time.Microsecond},
+		{[]string{"--busy-poll"}, 50 * time.Microsecond, false, false, 100 * time.Microsecond},
+		{[]string{"--no-gso", "--no-gro"}, 0, true, true, 100 * time.Microsecond},
+		{[]string{"--no-gro"}, 0, false, true, 100 * time.Microsecond},
+		{[]string{"--reply-hold", "0"}, 0, false, false, -1},
+		{[]string{"--reply-hold", "20us"}, 0, false, false, 20 * time.Microsecond},
 	} {
 		var n netFlags
 		fs := flag.NewFlagSet("x", flag.ContinueOnError)
 		n.register(fs, "127.0.0.1")
 		require.NoError(t, fs.Parse(c.args))
 		assert.Equal(t, c.busy, n.endpointOptions().BusyPoll, "%v", c.args)
+		assert.Equal(t, c.hold, n.endpointOptions().ReplyHold, "%v", c.args)
 		o := n.udpOptions()
 		assert.Equal(t, c.noGSO, o.NoGSO, "%v", c.args)
 		assert.Equal(t, c.noGRO, o.NoGRO, "%v", c.args)

@@ -1,0 +1,263 @@
+package transport
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/roce-emu/roce-emu/bth"
+	"github.com/roce-emu/roce-emu/qp"
+)
+
+// writesConn records the BTH opcodes of each WriteBatch.
+type writesConn struct {
+	Conn
+	mu     sync.Mutex
+	writes [][]bth.Opcode
+}
+
+func (w *writesConn) WriteBatch(ds []Datagram) (int, error) {
+	ops := make([]bth.Opcode, len(ds))
+	for i, d := range ds {
+		ops[i] = bth.Opcode(d.Data[0])
+	}
+	w.mu.Lock()
+	w.writes = append(w.writes, ops)
+	w.mu.Unlock()
+	return w.Conn.WriteBatch(ds)
+}
+
+func (w *writesConn) Unwrap() Conn { return w.Conn }
+
+func (w *writesConn) taken() [][]bth.Opcode {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.writes
+	w.writes = nil
+	return out
+}
+
+// holdPair connects two Endpoints of options opts over an in-memory
+// Network (inside the caller's synctest bubble), the second writing
+// through a writesConn; each side has 8-byte buffers and 4 receives.
+func holdPair(t *testing.T, opts Options) (s [2]*side, w *writesConn, sge [2][]qp.SGE) {
+	n := NewNetwork(Impairments{}, 1)
+	var cs [2]Conn
+	for i, a := range []string{"192.0.2.1:4791", "192.0.2.2:4791"} {
+		c, err := n.Listen(netip.MustParseAddrPort(a))
+		require.NoError(t, err)
+		cs[i] = c
+	}
+	w = &writesConn{Conn: cs[1]}
+	s = connectOpts(t, [2]Conn{cs[0], w}, defaultPair(), opts)
+	for i := range 2 {
+		mr, err := s[i].pd.RegMR(make([]byte, 8), qp.IBV_ACCESS_LOCAL_WRITE)
+		require.NoError(t, err)
+		sge[i] = []qp.SGE{mr.SGE(0, 8)}
+		for range 4 {
+			require.NoError(t, s[i].qp.PostRecv(qp.RecvWR{SGEs: sge[i]}))
+		}
+	}
+	t.Cleanup(func() {
+		s[0].ep.Close()
+		s[1].ep.Close()
+	})
+	return s, w, sge
+}
+
+// recvOnce has side 1 wait for the SEND side 0 posts, and returns when
+// side 1's goroutine has its completion.
+func recvOnce(t *testing.T, s [2]*side, sge [2][]qp.SGE) {
+	t.Helper()
+	got := make(chan qp.WC)
+	go func() {
+		wc := make([]qp.WC, 1)
+		_, err := s[1].cq.Wait(context.Background(), wc)
+		assert.NoError(t, err)
+		got <- wc[0]
+	}()
+	synctest.Wait() // side 1 waits on its CQ
+	require.NoError(t, s[0].qp.PostSend(qp.SendWR{Opcode: qp.IBV_WR_SEND, SGEs: sge[0]}))
+	c := <-got
+	require.Equal(t, qp.IBV_WC_RECV, c.Opcode)
+	require.Equal(t, qp.IBV_WC_SUCCESS, c.Status)
+}
+
+// sendDone says whether side 0's SEND or WRITE has completed (its ACK
+// arrived).
+func sendDone(t *testing.T, s [2]*side) bool {
+	t.Helper()
+	wc := make([]qp.WC, 4)
+	n := s[0].cq.Poll(wc)
+	for _, c := range wc[:n] {
+		if c.Opcode != qp.IBV_WC_RECV && c.Status == qp.IBV_WC_SUCCESS {
+			return true
+		}
+	}
+	return false
+}
+
+// A ping-pong's ACK waits for the reply and leaves in the same write,
+// behind it, so that UDP GSO can send the two as one.
+func TestReplyHoldACKLeavesWithReply(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, w, sge := holdPair(t, Options{})
+		w.taken()
+		recvOnce(t, s, sge)
+		synctest.Wait()
+		assert.Empty(t, w.taken(), "the ACK is held while the application handles its completion")
+		require.NoError(t, s[1].qp.PostRecv(qp.RecvWR{SGEs: sge[1]}), "a receive does not end the hold")
+		synctest.Wait()
+		assert.Empty(t, w.taken())
+		require.NoError(t, s[1].qp.PostSend(qp.SendWR{Opcode: qp.IBV_WR_SEND, SGEs: sge[1]}))
+		assert.Equal(t, [][]bth.Opcode{{bth.RCSendOnly, bth.RCAcknowledge}}, w.taken(), "one write: the reply, then the ACK")
+		synctest.Wait()
+		assert.True(t, sendDone(t, s))
+	})
+}
+
+// An application that takes its completion and posts nothing still has
+// its ACK sent: when it waits on an empty CQ, at once.
+func TestReplyHoldEndsWhenTheWaiterIdles(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, w, sge := holdPair(t, Options{})
+		w.taken()
+		recvOnce(t, s, sge)
+		synctest.Wait()
+		require.Empty(t, w.taken(), "held")
+		start := time.Now()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() {
+			_, err := s[1].cq.Wait(ctx, make([]qp.WC, 1))
+			done <- err
+		}()
+		synctest.Wait()
+		assert.Equal(t, [][]bth.Opcode{{bth.RCAcknowledge}}, w.taken())
+		assert.True(t, sendDone(t, s))
+		assert.Equal(t, start, time.Now(), "no timer was needed")
+		cancel()
+		assert.ErrorIs(t, <-done, context.Canceled)
+	})
+}
+
+// An application that neither posts nor waits again gets its ACK sent
+// by the timer, ReplyHold after the packet was handled, not before.
+func TestReplyHoldTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const hold = 300 * time.Microsecond
+		s, w, sge := holdPair(t, Options{ReplyHold: hold})
+		w.taken()
+		recvOnce(t, s, sge)
+		handled := time.Now()
+		time.Sleep(hold - time.Microsecond)
+		synctest.Wait()
+		assert.Empty(t, w.taken(), "still held")
+		assert.False(t, sendDone(t, s))
+		time.Sleep(2 * time.Microsecond)
+		synctest.Wait()
+		assert.Equal(t, [][]bth.Opcode{{bth.RCAcknowledge}}, w.taken())
+		assert.True(t, sendDone(t, s))
+		assert.Less(t, time.Since(handled), hold+10*time.Microsecond)
+	})
+}
+
+// With ReplyHold negative each batch's ACK leaves as the batch is handled,
+// before the application sees its completion.
+func TestReplyHoldOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, w, sge := holdPair(t, Options{ReplyHold: -1})
+		w.taken()
+		recvOnce(t, s, sge)
+		synctest.Wait()
+		assert.Equal(t, [][]bth.Opcode{{bth.RCAcknowledge}}, w.taken())
+		require.NoError(t, s[1].qp.PostSend(qp.SendWR{Opcode: qp.IBV_WR_SEND, SGEs: sge[1]}))
+		assert.Equal(t, [][]bth.Opcode{{bth.RCSendOnly}}, w.taken())
+	})
+}
+
+// Nothing is held when no goroutine waits for the batch's completions: a
+// WRITE completes nothing at the responder, so its ACK leaves at once.
+func TestReplyHoldNotForWrites(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, w, _ := holdPair(t, Options{})
+		dst, err := s[1].pd.RegMR(make([]byte, 64), qp.IBV_ACCESS_LOCAL_WRITE|qp.IBV_ACCESS_REMOTE_WRITE)
+		require.NoError(t, err)
+		src, err := s[0].pd.RegMR(make([]byte, 64), qp.IBV_ACCESS_LOCAL_WRITE)
+		require.NoError(t, err)
+		w.taken()
+		go s[1].cq.Wait(t.Context(), make([]qp.WC, 1)) //nolint:errcheck // ends with the test
+		synctest.Wait()
+		require.NoError(t, s[0].qp.PostSend(qp.SendWR{Opcode: qp.IBV_WR_RDMA_WRITE, SGEs: []qp.SGE{src.SGE(0, 64)},
+			RemoteAddr: dst.VA, RKey: dst.RKey}))
+		synctest.Wait()
+		assert.Equal(t, [][]bth.Opcode{{bth.RCAcknowledge}}, w.taken())
+		assert.True(t, sendDone(t, s))
+	})
+}
+
+func TestACKAfterRequests(t *testing.T) {
+	a := netip.MustParseAddrPort("192.0.2.1:50000")
+	b := netip.MustParseAddrPort("192.0.2.2:4791")
+	c := netip.MustParseAddrPort("192.0.2.3:4791")
+	dg := func(op bth.Opcode, size int, dst netip.AddrPort) Datagram {
+		d := make([]byte, size)
+		if size > 0 {
+			d[0] = byte(op)
+		}
+		return Datagram{Data: d, Src: a, Dst: dst}
+	}
+	ack := dg(bth.RCAcknowledge, 20, b)
+	send := dg(bth.RCSendOnly, 24, b)
+	first := dg(bth.RCSendFirst, 1052, b)
+	middle := dg(bth.RCSendMiddle, 1052, b)
+	resp := dg(bth.RCReadResponseOnly, 40, b)
+	small := dg(bth.RCSendOnly, 16, b)
+	other := dg(bth.RCSendOnly, 24, c)
+	cnp := dg(bth.CNP, 32, b)
+	for _, tc := range []struct {
+		name    string
+		in, out []Datagram
+	}{
+		{"ACK then reply", []Datagram{ack, send}, []Datagram{send, ack}},
+		{"behind a run of requests", []Datagram{ack, first, middle, cnp}, []Datagram{first, middle, ack, cnp}},
+		{"never behind READ responses", []Datagram{ack, resp}, []Datagram{ack, resp}},
+		{"only behind longer requests", []Datagram{ack, small}, []Datagram{ack, small}},
+		{"only within one flow", []Datagram{ack, other}, []Datagram{ack, other}},
+		{"already last", []Datagram{send, ack}, []Datagram{send, ack}},
+		{"an empty datagram", []Datagram{dg(0, 0, b), send}, []Datagram{dg(0, 0, b), send}},
+		{"nothing", nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := append([]Datagram(nil), tc.in...)
+			ackAfterRequests(got)
+			assert.Equal(t, tc.out, got)
+		})
+	}
+}
+
+// Reading the counters writes what is held, so that a run's report counts
+// its last ACK.
+func TestReplyHoldCountersWriteIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, w, sge := holdPair(t, Options{})
+		recvOnce(t, s, sge)
+		synctest.Wait()
+		w.taken()
+		sent := s[1].ep.Stats().Sent
+		assert.Equal(t, [][]bth.Opcode{{bth.RCAcknowledge}}, w.taken(), "Stats wrote the held ACK")
+		assert.Equal(t, sent, s[1].ep.Stats().Sent, "and counted it")
+		recvOnce(t, s, sge)
+		synctest.Wait()
+		w.taken()
+		c := s[1].qp.Counters()
+		assert.Equal(t, [][]bth.Opcode{{bth.RCAcknowledge}}, w.taken(), "Counters wrote the held ACK")
+		assert.Equal(t, uint64(2), c.SentPackets, "and counted it")
+	})
+}
