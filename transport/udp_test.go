@@ -122,7 +122,12 @@ func TestUDPDropsForeignSource(t *testing.T) {
 // Over real UDP sockets, strict source (the default) drops a SEND from the
 // requester's address but another UDP port, and the real SEND lands.
 func TestUDPStrictSourcePort(t *testing.T) {
-	s := connect(t, udpPair(t), defaultPair())
+	// A 1 s ACK timeout (18): a retransmission, after a first SEND slowed
+	// past 16.7 ms by -race on a busy machine (2 runs in 100 before), would
+	// be a duplicate too.
+	cfg := defaultPair()
+	cfg.timeout = 18
+	s := connect(t, udpPair(t), cfg)
 	a, b := s[0], s[1]
 	src := []byte("real message")
 	dst := make([]byte, 64)
