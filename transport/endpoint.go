@@ -117,12 +117,22 @@ type Options struct {
 	// one write with what that goroutine posts in reply: a ping-pong's
 	// ACK and answer go out, and arrive, together instead of costing a
 	// system call and a wake-up of the peer each. They leave at the first
-	// of: a PostSend or Modify of any QP of the Endpoint, a CQ.Wait or
-	// CQ.Poll that finds its CQ empty, the next batch read, Close, and
-	// this long after the batch (a timer, which the Go runtime may fire
-	// up to a millisecond late when the process is otherwise idle). Only
-	// one batch's packets are held at a time. A responder may coalesce
-	// ACKs (IBTA 9.7.5.1.3); the wire order is unchanged. 0 means
+	// of: a successful PostSend or Modify of any QP of the Endpoint, a
+	// CQ.Wait that finds its CQ empty, Endpoint.Flush, the next batch
+	// read, Close or QP.Destroy, and a timer: this long after the batch,
+	// or at once after a CQ.Poll that found its CQ empty. Go fires such a
+	// timer about a millisecond late in a process that is otherwise idle
+	// (1.2 ms typically, on Linux), and an Options.Clock of one's own
+	// fires it when it is advanced. All the packets of the batch are
+	// held (ACKs, READ responses). One batch is held at a time, only when
+	// it had requests in it (a batch of ACKs alone lets the requester
+	// send at once), none for a QP whose own local ACK timeout is under
+	// 4.2 ms (Timeout 1 to 9: a peer set up alike could time out), and
+	// after a hold that no PostSend ended (a stream of SENDs, not a
+	// ping-pong) none for the next 64 batches. A held ACK is written behind the reply's requests
+	// of its flow, so that UDP GSO can send the two as one; it is late,
+	// never lost or reordered within its PSN stream (an ACK acknowledges
+	// every packet up to its PSN, as coalesced ACKs do). 0 means
 	// DefaultReplyHold; negative never holds (each batch's ACKs leave as
 	// it is handled, as rxe sends them). Keep it well under the peer's
 	// local ACK timeout (4.096 us x 2^timeout).
@@ -131,6 +141,17 @@ type Options struct {
 
 // DefaultReplyHold is Options.ReplyHold's default.
 const DefaultReplyHold = 100 * time.Microsecond
+
+// minHoldTimeout is the shortest local ACK timeout (4.096 us x 2^10, 4.2
+// ms) of a QP whose ACKs are held: a peer set up alike would time out on
+// an ACK the Go runtime's timer wrote a millisecond late.
+const minHoldTimeout = 10
+
+// holdBackoff is how many batches the read loop holds nothing after a
+// hold that no PostSend ended: the application takes completions without
+// answering them (a stream of SENDs, where held ACKs only slow the
+// peer's window), so holding resumes only now and then to look again.
+const holdBackoff = 64
 
 // DefaultSendBatch is Options.SendBatch's default.
 const DefaultSendBatch = 64
@@ -224,6 +245,15 @@ type Endpoint struct {
 	// reply (Options.ReplyHold), until heldDue at the latest.
 	held    bool
 	heldDue time.Time
+	// rxRequest: the batch being handled held a request (read loop).
+	// replied: a PostSend ends the hold. holdSkip: batches left before
+	// the next hold, after a hold that no reply ended (holdBackoff).
+	// rxShortTimeout: one of them was for a QP whose own local ACK
+	// timeout is under minHoldTimeout.
+	rxRequest      bool
+	rxShortTimeout bool
+	replied        bool
+	holdSkip       int
 
 	mu  sync.Mutex
 	qps map[uint32]*QP // every QP, by QPN: the receive path's demultiplexer
@@ -278,13 +308,24 @@ func NewEndpoint(conn Conn, opts Options) *Endpoint {
 // LocalAddr returns the address the Endpoint receives on.
 func (ep *Endpoint) LocalAddr() netip.AddrPort { return ep.conn.LocalAddr() }
 
-// Stats returns a copy of the Endpoint's counters, after writing the
-// packets held for a reply (Options.ReplyHold), as QP.Counters.
+// Stats returns a copy of the Endpoint's counters (see QP.Counters for
+// packets held for a reply).
 func (ep *Endpoint) Stats() Stats {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	ep.flushHeldLocked()
 	return ep.stats
+}
+
+// Flush writes now what the Endpoint holds for a reply (Options.ReplyHold),
+// if anything, or leaves it to the batch being written. A program that
+// reports its counters at the end of a run calls it first, so that the
+// ACK held after its last completion is counted. It writes to the Conn
+// from the calling goroutine: not from inside a Conn decorator's or an
+// Observer's callback.
+func (ep *Endpoint) Flush() {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	ep.flushHeldLocked()
 }
 
 // Close stops the Endpoint: QPs stop, the Conn closes, and the goroutine
@@ -355,6 +396,7 @@ func (ep *Endpoint) readLoop() {
 		// the socket reached the QPs: their counters and a capture agree.
 		ep.mu.Lock()
 		now := ep.clock.Now()
+		ep.rxRequest, ep.rxShortTimeout = false, false
 		for i := range n {
 			ep.receiveLocked(now, &ds[i])
 		}
@@ -408,6 +450,12 @@ func (ep *Endpoint) receiveLocked(now time.Time, d *Datagram) {
 	}
 	ri := qp.RecvInfo{Src: d.Src, Dst: d.Dst, TOS: d.TOS, HopLimit: d.TTL}
 	q.lastRx = now
+	if info := p.BTH.Opcode.Info(); info != nil && isRequestOp(info.Op) {
+		ep.rxRequest = true
+		if t := q.q.Attr().Timeout; t > 0 && t < minHoldTimeout {
+			ep.rxShortTimeout = true
+		}
+	}
 	q.q.HandleReceived(now, p, &ri)
 	ep.touchLocked(q)
 }
@@ -471,6 +519,11 @@ func (ep *Endpoint) flushLocked(now time.Time) {
 	if ep.closed {
 		return
 	}
+	if ep.held && !ep.replied {
+		// The application took its completion without answering (a
+		// stream of SENDs, not a ping-pong): hold nothing for a while.
+		ep.holdSkip = holdBackoff
+	}
 	ep.held = false
 	if ep.sending {
 		ep.pending = true
@@ -484,12 +537,17 @@ func (ep *Endpoint) flushLocked(now time.Time) {
 }
 
 // flushReceivedLocked is flushLocked after the read loop handled a batch:
-// when the batch completed work that a goroutine waits for, and no
-// packets are held already, it wakes that goroutine and holds the
-// packets for its reply instead of writing them (Options.ReplyHold).
+// when the batch held requests (so that there are ACKs to send) and
+// completed work that a goroutine waits for, and no packets are held
+// already, it wakes that goroutine and holds the packets for its reply
+// instead of writing them (Options.ReplyHold). A batch of ACKs alone
+// holds nothing: what it lets the requester send (a window opened) goes
+// at once.
 func (ep *Endpoint) flushReceivedLocked(now time.Time) {
-	if ep.opts.ReplyHold > 0 && !ep.held && !ep.sending && !ep.closed && ep.active.Len() > 0 && ep.wakesLocked() {
-		ep.held, ep.heldDue = true, now.Add(ep.opts.ReplyHold)
+	if ep.holdSkip > 0 {
+		ep.holdSkip--
+	} else if ep.opts.ReplyHold > 0 && ep.rxRequest && !ep.rxShortTimeout && !ep.held && !ep.sending && !ep.closed && ep.active.Len() > 0 && ep.wakesLocked() {
+		ep.held, ep.heldDue, ep.replied = true, now.Add(ep.opts.ReplyHold), false
 		ep.signalLocked()
 		ep.armLocked()
 		return
@@ -685,10 +743,12 @@ func isRequest(d []byte) bool {
 		return false
 	}
 	info := bth.Opcode(d[0]).Info()
-	if info == nil {
-		return false
-	}
-	switch info.Op {
+	return info != nil && isRequestOp(info.Op)
+}
+
+// isRequestOp says whether op is a requester's operation.
+func isRequestOp(op bth.Operation) bool {
+	switch op {
 	case bth.OpSend, bth.OpWrite, bth.OpReadRequest, bth.OpCompareSwap, bth.OpFetchAdd:
 		return true
 	}
@@ -768,8 +828,12 @@ func (c *CQ) Poll(wc []qp.WC) int {
 	c.ep.mu.Lock()
 	defer c.ep.mu.Unlock()
 	n := c.cq.Poll(wc)
-	if n == 0 {
-		c.ep.flushHeldLocked()
+	if n == 0 && c.ep.held {
+		// The application is idle: the timer writes what is held at
+		// once, from its own goroutine (Poll may be called where the
+		// Conn must not be written, as from an Observer).
+		c.ep.heldDue = c.ep.clock.Now()
+		c.ep.armLocked()
 	}
 	return n
 }
@@ -932,13 +996,12 @@ func (w *QP) Attr() qp.Attr {
 	return w.q.Attr()
 }
 
-// Counters returns a copy of the QP's counters. Packets held for a
-// reply (Options.ReplyHold) are written first, so that a run's last ACK
-// is counted once its completion was seen.
+// Counters returns a copy of the QP's counters. An ACK held for a reply
+// (Options.ReplyHold) is not counted until it is written: call
+// Endpoint.Flush first to count a run's last ACK.
 func (w *QP) Counters() qp.Counters {
 	w.ep.mu.Lock()
 	defer w.ep.mu.Unlock()
-	w.ep.flushHeldLocked()
 	return w.q.Counters
 }
 
@@ -1033,6 +1096,9 @@ func (w *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
 			return fmt.Errorf("%w: local address %s and remote address %s are not of one IP version", qp.ErrBadAttr, local, attr.AV.Remote.Addr())
 		}
 	}
+	// What is held for a reply leaves before the state changes: a move
+	// to RESET would discard the ACK of a completion already seen.
+	w.ep.flushHeldLocked()
 	if err := w.q.Modify(attr, mask); err != nil {
 		return err
 	}
@@ -1101,6 +1167,7 @@ func (w *QP) PostSend(wr qp.SendWR) error {
 		return err
 	}
 	w.ep.touchLocked(w)
+	w.ep.replied = true
 	w.ep.flushLocked(w.ep.clock.Now())
 	return nil
 }

@@ -395,8 +395,10 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		fmt.Fprintf(out, " data check: %d READs of %d bytes from %d offsets of the peer's buffer agree byte for byte (each landing buffer poisoned first)\n",
 			r.checked, r.size, len(r.ref))
 	}
-	// The CNPs this side owes leave before the last exchange, after which
-	// the peer counts what it received.
+	// The ACK held after the last completion (--reply-hold) and the CNPs
+	// this side owes leave before the last exchange, after which the peer
+	// counts what it received.
+	r.ep.Flush()
 	flushCNPs(ctx, qs...)
 	// ib_write_lat closes the socket without a last barrier or "done".
 	if !(kind == "lat" && op == qp.IBV_WR_RDMA_WRITE) {

@@ -382,6 +382,7 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) (err error) {
 	// Read the buffer under the Endpoint's lock: a late packet (a peer's
 	// retransmission) is handled, and may touch the buffer, only under it.
 	ep.Locked(func() { r.checkData(mode, out) })
+	ep.Flush() // the ACK held after the last completion is counted
 	fmt.Fprintf(out, "counters: %s\n", describeCounters(r.counters()))
 	fmt.Fprintf(out, "congestion (%s): %s\n", f.ccFlags.describe(), sumCC(r.qps))
 	fmt.Fprintf(out, "drops and refusals: %s\n", describeDrops(r.counters(), ep.Stats(), r.cq))

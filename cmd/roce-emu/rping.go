@@ -239,6 +239,7 @@ func (f *rpingFlags) run() (err error) {
 				wait = 0 // the peer is gone: the DREQ goes, no DREP is awaited
 			}
 			detail, _ = disconnectCMWithin(wait, s.conn)
+			s.ep.Flush()
 			c = s.conn.QP().Counters()
 			qpc = describeCounters(c)
 			s.conn.Close()
@@ -357,6 +358,7 @@ func (s *rpingSession) run(ctx context.Context, svc *rdmacm.Service) error {
 // in IBV_QPS_ERR other than by the disconnection, saying why.
 func (s *rpingSession) finish(err error) error {
 	q := s.conn.QP()
+	s.ep.Flush() // the ACK held after the last completion is counted
 	c := q.Counters()
 	s.f.debugf("qp counters: %s\n", describeCounters(c))
 	s.f.debugf("drops and refusals: %s\n", describeDrops(c, s.ep.Stats(), s.cq))
