@@ -128,14 +128,14 @@ type Options struct {
 	// it had requests in it (a batch of ACKs alone lets the requester
 	// send at once), none for a QP whose own local ACK timeout is under
 	// 4.2 ms (Timeout 1 to 9: a peer set up alike could time out), and
-	// after a hold that no PostSend ended (a stream of SENDs, not a
-	// ping-pong) none for the next 64 batches. A held ACK is written behind the reply's requests
-	// of its flow, so that UDP GSO can send the two as one; it is late,
-	// never lost or reordered within its PSN stream (an ACK acknowledges
-	// every packet up to its PSN, as coalesced ACKs do). 0 means
-	// DefaultReplyHold; negative never holds (each batch's ACKs leave as
-	// it is handled, as rxe sends them). Keep it well under the peer's
-	// local ACK timeout (4.096 us x 2^timeout).
+	// after two holds in a row that no PostSend ended (a stream of
+	// SENDs, not a ping-pong) none for the next 64 batches. A held ACK is
+	// written behind the reply's requests of its flow, so that UDP GSO
+	// can send the two as one; it is late, never lost or reordered within
+	// its PSN stream (an ACK acknowledges every packet up to its PSN, as
+	// coalesced ACKs do). 0 means DefaultReplyHold; negative never holds
+	// (each batch's ACKs leave as it is handled, as rxe sends them). Keep
+	// it well under the peer's local ACK timeout (4.096 us x 2^timeout).
 	ReplyHold time.Duration
 }
 
@@ -147,8 +147,8 @@ const DefaultReplyHold = 100 * time.Microsecond
 // an ACK the Go runtime's timer wrote a millisecond late.
 const minHoldTimeout = 10
 
-// holdBackoff is how many batches the read loop holds nothing after a
-// hold that no PostSend ended: the application takes completions without
+// holdBackoff is how many batches the read loop holds nothing after two
+// holds in a row that no PostSend ended: the application takes completions without
 // answering them (a stream of SENDs, where held ACKs only slow the
 // peer's window), so holding resumes only now and then to look again.
 const holdBackoff = 64
@@ -246,13 +246,15 @@ type Endpoint struct {
 	held    bool
 	heldDue time.Time
 	// rxRequest: the batch being handled held a request (read loop).
-	// replied: a PostSend ends the hold. holdSkip: batches left before
-	// the next hold, after a hold that no reply ended (holdBackoff).
+	// replied: a PostSend ends the hold; unreplied counts the holds in a
+	// row that none ended. holdSkip: batches left before the next hold,
+	// after two holds that no reply ended (holdBackoff).
 	// rxShortTimeout: one of them was for a QP whose own local ACK
 	// timeout is under minHoldTimeout.
 	rxRequest      bool
 	rxShortTimeout bool
 	replied        bool
+	unreplied      int
 	holdSkip       int
 
 	mu  sync.Mutex
@@ -519,10 +521,15 @@ func (ep *Endpoint) flushLocked(now time.Time) {
 	if ep.closed {
 		return
 	}
-	if ep.held && !ep.replied {
-		// The application took its completion without answering (a
-		// stream of SENDs, not a ping-pong): hold nothing for a while.
-		ep.holdSkip = holdBackoff
+	if ep.held {
+		if ep.replied {
+			ep.unreplied = 0
+		} else if ep.unreplied++; ep.unreplied >= 2 {
+			// Twice in a row the application took its completion
+			// without answering (a stream of SENDs, not a
+			// ping-pong): hold nothing for a while.
+			ep.holdSkip, ep.unreplied = holdBackoff, 0
+		}
 	}
 	ep.held = false
 	if ep.sending {

@@ -131,12 +131,21 @@ func (ep *Endpoint) onTimer() {
 	}
 	now := ep.clock.Now()
 	ep.timerAt = time.Time{}
+	timedOut := false
 	for len(ep.timers) > 0 && !now.Before(ep.timers[0].due) {
 		w := heap.Pop(&ep.timers).(*QP)
 		if d := w.q.Deadline(); !d.IsZero() && !now.Before(d) {
 			w.q.HandleTimeout(now)
+			timedOut = true
 		}
 		ep.touchLocked(w) // back in the heap at its next deadline, if any
+	}
+	if ep.held && !timedOut && now.Before(ep.heldDue) {
+		// Armed for an earlier deadline: what is held waits for its
+		// reply until its own.
+		ep.signalLocked()
+		ep.armLocked()
+		return
 	}
 	ep.flushLocked(now)
 }
