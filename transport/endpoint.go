@@ -454,7 +454,7 @@ func (ep *Endpoint) receiveLocked(now time.Time, d *Datagram) {
 	q.lastRx = now
 	if info := p.BTH.Opcode.Info(); info != nil && isRequestOp(info.Op) {
 		ep.rxRequest = true
-		if t := q.q.Attr().Timeout; t > 0 && t < minHoldTimeout {
+		if q.shortTimeout {
 			ep.rxShortTimeout = true
 		}
 	}
@@ -950,6 +950,9 @@ type QP struct {
 	portWarned bool
 	// lastRx is when the QP was last handed a packet (LastReceived).
 	lastRx time.Time
+	// shortTimeout: its local ACK timeout is under minHoldTimeout, so
+	// nothing it answers is held (Options.ReplyHold).
+	shortTimeout bool
 	// The Endpoint's schedule (schedule.go): heapIdx is the QP's index in
 	// the deadline heap (-1: not there) and due its deadline there;
 	// active: in the active queue; dirty: its deadline is to be
@@ -1108,6 +1111,9 @@ func (w *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
 	w.ep.flushHeldLocked()
 	if err := w.q.Modify(attr, mask); err != nil {
 		return err
+	}
+	if mask&qp.IBV_QP_TIMEOUT != 0 {
+		w.shortTimeout = attr.Timeout > 0 && attr.Timeout < minHoldTimeout
 	}
 	if mask&qp.IBV_QP_AV != 0 || mask&qp.IBV_QP_DEST_QPN != 0 {
 		w.setEncap(w.q.Remote())
