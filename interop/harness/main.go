@@ -61,6 +61,9 @@ type harness struct {
 	// (restartStalledGuest).
 	bootTimeout time.Duration
 	restarts    int
+	// clockRetries counts the scenarios run again after perftest's
+	// clock calibration failed in the guest (perftestClockFailed).
+	clockRetries int
 }
 
 // hostRoCE is the host address roce-emu binds RoCEv2 to.

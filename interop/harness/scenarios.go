@@ -163,6 +163,13 @@ func (h *harness) runAll() {
 			first := line
 			ok, line, rxe = h.runOne(s)
 			line += " [run again on a restarted guest; the first run: " + first + "]"
+		} else if !ok && h.perftestClockFailed(s.name) {
+			// perftest in the guest could not time itself: its clock
+			// calibration, not the traffic, failed. Once more.
+			first := line
+			fmt.Printf("RETRY %s: perftest in the guest could not calibrate its clock (\"Correlation coefficient r^2 ... < 0.9\", \"Can't produce a report\")\n", s.name)
+			ok, line, rxe = h.runOne(s)
+			line += " [run again after perftest's clock calibration failed; the first run: " + first + "]"
 		}
 		if ok {
 			h.passed++
@@ -218,6 +225,33 @@ func (h *harness) runOne(s scenario) (ok bool, line string, rxe map[string]int64
 		return false, fmt.Sprintf("%s (%.1fs): %v", s.name, el, err), rxe
 	}
 	return true, fmt.Sprintf("%s (%.1fs): %s", s.name, el, detail), rxe
+}
+
+// maxClockRetries bounds the scenarios of one run that run again after
+// perftest's clock calibration failed in the guest.
+const maxClockRetries = 2
+
+// perftestClockFailed says whether scenario name's perftest in the guest
+// gave up because it could not calibrate its clock, and counts it while
+// maxClockRetries allows: perftest's get_cpu_mhz fits timestamps against
+// gettimeofday and, when the fit's r^2 is under 0.9, prints "Correlation
+// coefficient r^2: ... < 0.9", then "Can't produce a report", and exits
+// 1 (seen once, in a CI check at 06:13 UTC on 2026-12-01, under TCG on a
+// host with other work running). It reads the guest's logs of the
+// scenario in the artifacts.
+func (h *harness) perftestClockFailed(name string) bool {
+	if h.clockRetries >= maxClockRetries {
+		return false
+	}
+	logs, _ := filepath.Glob(filepath.Join(h.out, name+".*guest.log"))
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err == nil && strings.Contains(string(b), "Can't produce a report") && strings.Contains(string(b), "Correlation coefficient r^2") {
+			h.clockRetries++
+			return true
+		}
+	}
+	return false
 }
 
 // maxGuestRestarts bounds the guest restarts of one run.
