@@ -117,7 +117,8 @@ type Options struct {
 	// one write with what that goroutine posts in reply: a ping-pong's
 	// ACK and answer go out, and arrive, together instead of costing a
 	// system call and a wake-up of the peer each. They leave at the first
-	// of: a successful PostSend or Modify of any QP of the Endpoint, a
+	// of: a successful PostSend, or a Modify (even one refused), of any
+	// QP of the Endpoint, a
 	// CQ.Wait that finds its CQ empty, Endpoint.Flush, the next batch
 	// read, Close or QP.Destroy, and a timer: this long after the batch,
 	// or at once after a CQ.Poll that found its CQ empty. Go fires such a
@@ -125,9 +126,12 @@ type Options struct {
 	// (1.2 ms typically, on Linux), and an Options.Clock of one's own
 	// fires it when it is advanced. All the packets of the batch are
 	// held (ACKs, READ responses). One batch is held at a time, only when
-	// it had requests in it (a batch of ACKs alone lets the requester
-	// send at once), none for a QP whose own local ACK timeout is under
-	// 4.2 ms (Timeout 1 to 9: a peer set up alike could time out), and
+	// it had requests in it and left no QP it reached with sends not yet
+	// completed (a batch whose ACKs let this side send more, or will,
+	// holds nothing), none for a QP whose own local ACK timeout is under
+	// 4.2 ms (Timeout 1 to 9: a peer set up alike could time out; the
+	// peer's own timeout is not known here: against a shorter one, turn
+	// the hold off), and
 	// after two holds in a row that no PostSend ended (a stream of
 	// SENDs, not a ping-pong) none for the next 64 batches. A held ACK is
 	// written behind the reply's requests of its flow, so that UDP GSO
@@ -553,13 +557,27 @@ func (ep *Endpoint) flushLocked(now time.Time) {
 func (ep *Endpoint) flushReceivedLocked(now time.Time) {
 	if ep.holdSkip > 0 {
 		ep.holdSkip--
-	} else if ep.opts.ReplyHold > 0 && ep.rxRequest && !ep.rxShortTimeout && !ep.held && !ep.sending && !ep.closed && ep.active.Len() > 0 && ep.wakesLocked() {
+	} else if ep.opts.ReplyHold > 0 && ep.rxRequest && !ep.rxShortTimeout && !ep.held && !ep.sending && !ep.closed && ep.active.Len() > 0 && ep.wakesLocked() && !ep.sendsPendingLocked() {
 		ep.held, ep.heldDue, ep.replied = true, now.Add(ep.opts.ReplyHold), false
 		ep.signalLocked()
 		ep.armLocked()
 		return
 	}
 	ep.flushLocked(now)
+}
+
+// sendsPendingLocked says whether a QP touched since the last armLocked
+// (those the batch reached) has sends not yet completed: what the batch's
+// ACKs let it send, or will, must not wait for the application (a SEND
+// stream both ways). In a ping-pong the ACK in the batch completed the
+// one send there was.
+func (ep *Endpoint) sendsPendingLocked() bool {
+	for _, w := range ep.dirty {
+		if !w.gone && w.q.SendQueued() > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // wakesLocked says whether signalLocked would wake a goroutine.

@@ -452,3 +452,22 @@ func TestReplyHoldTimerOfAnEarlierHold(t *testing.T) {
 		assert.Equal(t, [][]bth.Opcode{{bth.RCAcknowledge}}, w.taken(), "at its own deadline")
 	})
 }
+
+// A QP with a send not yet completed holds nothing: what the batch's ACKs
+// let it send, or will, must not wait for the application (a SEND stream
+// both ways; the second review's case).
+func TestReplyHoldNotWithSendsPending(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := defaultPair()
+		rule, err := ParseFault("drop:dir=out,opcode=SEND_ONLY,nth=1")
+		require.NoError(t, err)
+		cfg.faults[1] = NewFaults(1, rule)
+		s, w, sge := holdPairCfg(t, Options{}, cfg)
+		require.NoError(t, s[1].qp.PostSend(qp.SendWR{Opcode: qp.IBV_WR_SEND, SGEs: sge[1]}))
+		synctest.Wait()
+		w.taken() // side 1's SEND, dropped after the writesConn saw it
+		recvOnce(t, s, sge)
+		synctest.Wait()
+		assert.Equal(t, [][]bth.Opcode{{bth.RCAcknowledge}}, w.taken(), "not held: side 1's own SEND is outstanding")
+	})
+}

@@ -77,7 +77,7 @@ func (n *netFlags) register(fs *flag.FlagSet, defaultBind string) {
 	fs.BoolVar(&n.busyPoll, "busy-poll", false, "spin instead of sleeping where completions and packets are awaited (up to 50 us each time, then sleep): lower latency, a busy CPU")
 	fs.BoolVar(&n.noGSO, "no-gso", false, "send each datagram on its own, without UDP segmentation offload (GSO is used only where the UDP checksum is computed: see --udp-checksum)")
 	fs.BoolVar(&n.noGRO, "no-gro", false, "receive without UDP generic receive offload (GRO)")
-	fs.DurationVar(&n.replyHold, "reply-hold", transport.DefaultReplyHold, "hold the ACKs of packets that completed work the program waits for, so that they leave in one write with its reply (a ping-pong's ACK and answer together), for at most this `duration` (Go's timer may add about a millisecond); not for QPs with an ACK timeout under 4.2 ms (bw and lat: -u below 10); 0 sends each ACK as its packet is handled, as rxe does")
+	fs.DurationVar(&n.replyHold, "reply-hold", transport.DefaultReplyHold, "hold the ACKs of packets that completed work the program waits for, so that they leave in one write with its reply (a ping-pong's ACK and answer together), for at most this `duration` (Go's timer may add about a millisecond); not for QPs with an ACK timeout of 8 us to 2.1 ms (bw and lat: -u 1 to 9; the peer's own timeout is not known here); 0 sends each ACK as its packet is handled, as rxe does")
 	fs.BoolVar(&n.strictSource, "strict-source", true, "take a QP's packets from the UDP source port of the peer's first packet only, counting and dropping the rest (--strict-source=false: any port of the peer's address, as rxe)")
 }
 
