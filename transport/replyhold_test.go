@@ -53,15 +53,15 @@ func holdPair(t *testing.T, opts Options) (s [2]*side, w *writesConn, sge [2][]q
 
 // holdPairCfg is holdPair with the QPs set up by cfg.
 func holdPairCfg(t *testing.T, opts Options, cfg pairConfig) (s [2]*side, w *writesConn, sge [2][]qp.SGE) {
-	n := NewNetwork(Impairments{}, 1)
-	var cs [2]Conn
-	for i, a := range []string{"192.0.2.1:4791", "192.0.2.2:4791"} {
-		c, err := n.Listen(netip.MustParseAddrPort(a))
-		require.NoError(t, err)
-		cs[i] = c
-	}
+	cs := memConns(t)
 	w = &writesConn{Conn: cs[1]}
 	s = connectOpts(t, [2]Conn{cs[0], w}, cfg, opts)
+	return s, w, pingBuffers(t, s)
+}
+
+// pingBuffers gives each side an 8-byte buffer with 4 receives posted
+// into it, and closes the Endpoints when the test ends.
+func pingBuffers(t *testing.T, s [2]*side) (sge [2][]qp.SGE) {
 	for i := range 2 {
 		mr, err := s[i].pd.RegMR(make([]byte, 8), qp.IBV_ACCESS_LOCAL_WRITE)
 		require.NoError(t, err)
@@ -74,7 +74,7 @@ func holdPairCfg(t *testing.T, opts Options, cfg pairConfig) (s [2]*side, w *wri
 		s[0].ep.Close()
 		s[1].ep.Close()
 	})
-	return s, w, sge
+	return sge
 }
 
 // recvOnce has side 1 wait for the SEND side 0 posts, and returns when
@@ -93,6 +93,16 @@ func recvOnce(t *testing.T, s [2]*side, sge [2][]qp.SGE) {
 	c := <-got
 	require.Equal(t, qp.IBV_WC_RECV, c.Opcode)
 	require.Equal(t, qp.IBV_WC_SUCCESS, c.Status)
+}
+
+// heldOnce is recvOnce on a pair whose side 1 holds the ACK: it checks
+// that nothing was written after the completion.
+func heldOnce(t *testing.T, s [2]*side, w *writesConn, sge [2][]qp.SGE) {
+	t.Helper()
+	w.taken()
+	recvOnce(t, s, sge)
+	synctest.Wait()
+	require.Empty(t, w.taken(), "the ACK is held while the application handles its completion")
 }
 
 // sendDone says whether side 0's SEND or WRITE has completed (its ACK
@@ -114,10 +124,7 @@ func sendDone(t *testing.T, s [2]*side) bool {
 func TestReplyHoldACKLeavesWithReply(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, w, sge := holdPair(t, Options{})
-		w.taken()
-		recvOnce(t, s, sge)
-		synctest.Wait()
-		assert.Empty(t, w.taken(), "the ACK is held while the application handles its completion")
+		heldOnce(t, s, w, sge)
 		require.NoError(t, s[1].qp.PostRecv(qp.RecvWR{SGEs: sge[1]}), "a receive does not end the hold")
 		synctest.Wait()
 		assert.Empty(t, w.taken())
@@ -133,10 +140,7 @@ func TestReplyHoldACKLeavesWithReply(t *testing.T) {
 func TestReplyHoldEndsWhenTheWaiterIdles(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, w, sge := holdPair(t, Options{})
-		w.taken()
-		recvOnce(t, s, sge)
-		synctest.Wait()
-		require.Empty(t, w.taken(), "held")
+		heldOnce(t, s, w, sge)
 		start := time.Now()
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error)
@@ -254,11 +258,9 @@ func TestACKAfterRequests(t *testing.T) {
 func TestReplyHoldFlush(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, w, sge := holdPair(t, Options{})
-		recvOnce(t, s, sge)
-		synctest.Wait()
+		heldOnce(t, s, w, sge)
 		assert.Zero(t, s[1].qp.Counters().SentPackets)
 		assert.Zero(t, s[1].ep.Stats().Sent)
-		require.Empty(t, w.taken(), "held")
 		s[1].ep.Flush()
 		assert.Equal(t, [][]bth.Opcode{{bth.RCAcknowledge}}, w.taken())
 		assert.Equal(t, uint64(1), s[1].qp.Counters().SentPackets)
@@ -271,13 +273,7 @@ func TestReplyHoldFlush(t *testing.T) {
 // Counters that wrote what was held did, from inside the observed read).
 func TestReplyHoldObserverReads(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := NewNetwork(Impairments{}, 1)
-		var cs [2]Conn
-		for i, a := range []string{"192.0.2.1:4791", "192.0.2.2:4791"} {
-			c, err := n.Listen(netip.MustParseAddrPort(a))
-			require.NoError(t, err)
-			cs[i] = c
-		}
+		cs := memConns(t)
 		var s [2]*side
 		var other *CQ
 		cs[1] = WithObserver(cs[1], nil, func(*Event) {
@@ -289,19 +285,7 @@ func TestReplyHoldObserverReads(t *testing.T) {
 		})
 		s = connect(t, cs, defaultPair())
 		other = s[1].ep.NewCQ(4)
-		t.Cleanup(func() {
-			s[0].ep.Close()
-			s[1].ep.Close()
-		})
-		var sge [2][]qp.SGE
-		for i := range 2 {
-			mr, err := s[i].pd.RegMR(make([]byte, 8), qp.IBV_ACCESS_LOCAL_WRITE)
-			require.NoError(t, err)
-			sge[i] = []qp.SGE{mr.SGE(0, 8)}
-			for range 4 {
-				require.NoError(t, s[i].qp.PostRecv(qp.RecvWR{SGEs: sge[i]}))
-			}
-		}
+		sge := pingBuffers(t, s)
 		recvOnce(t, s, sge)
 		require.NoError(t, s[0].qp.PostSend(qp.SendWR{Opcode: qp.IBV_WR_SEND, SGEs: sge[0]}))
 		time.Sleep(time.Millisecond)
@@ -316,9 +300,7 @@ func TestReplyHoldObserverReads(t *testing.T) {
 func TestReplyHoldPollEmpty(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, w, sge := holdPair(t, Options{ReplyHold: time.Hour})
-		recvOnce(t, s, sge)
-		synctest.Wait()
-		require.Empty(t, w.taken(), "held")
+		heldOnce(t, s, w, sge)
 		start := time.Now()
 		assert.Zero(t, s[1].cq.Poll(make([]qp.WC, 1)))
 		synctest.Wait()
@@ -332,9 +314,7 @@ func TestReplyHoldPollEmpty(t *testing.T) {
 func TestReplyHoldModifyReset(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, w, sge := holdPair(t, Options{ReplyHold: time.Hour})
-		recvOnce(t, s, sge)
-		synctest.Wait()
-		require.Empty(t, w.taken(), "held")
+		heldOnce(t, s, w, sge)
 		require.NoError(t, s[1].qp.Modify(&qp.Attr{State: qp.IBV_QPS_RESET}, qp.IBV_QP_STATE))
 		assert.Equal(t, [][]bth.Opcode{{bth.RCAcknowledge}}, w.taken())
 		synctest.Wait()

@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -69,13 +68,7 @@ func TestDestroySendsWhatWasQueued(t *testing.T) {
 // once the gate is released.
 func queuedWhileWriting(t *testing.T) (s [2]*side, g *gateConn, posted chan error) {
 	t.Helper()
-	n := NewNetwork(Impairments{}, 1)
-	var cs [2]Conn
-	for i, a := range []string{"192.0.2.1:4791", "192.0.2.2:4791"} {
-		c, err := n.Listen(netip.MustParseAddrPort(a))
-		require.NoError(t, err)
-		cs[i] = c
-	}
+	cs := memConns(t)
 	g = &gateConn{Conn: cs[0], entered: make(chan struct{}), release: make(chan struct{})}
 	s = connect(t, [2]Conn{g, cs[1]}, defaultPair())
 	src, _ := s[0].pd.RegMR(make([]byte, 64), qp.IBV_ACCESS_LOCAL_WRITE)
