@@ -118,28 +118,30 @@ type Options struct {
 	// ACK and answer go out, and arrive, together instead of costing a
 	// system call and a wake-up of the peer each. They leave at the first
 	// of: a successful PostSend, or a Modify (even one refused), of any
-	// QP of the Endpoint, a
-	// CQ.Wait that finds its CQ empty, Endpoint.Flush, the next batch
-	// read, Close or QP.Destroy, and a timer: this long after the batch,
-	// or at once after a CQ.Poll that found its CQ empty. Go fires such a
-	// timer about a millisecond late in a process that is otherwise idle
-	// (1.2 ms typically, on Linux), and an Options.Clock of one's own
-	// fires it when it is advanced. All the packets of the batch are
-	// held (ACKs, READ responses). One batch is held at a time, only when
-	// it had requests in it and left no QP it reached with sends not yet
-	// completed (a batch whose ACKs let this side send more, or will,
-	// holds nothing), none for a QP whose own local ACK timeout is under
-	// 4.2 ms (Timeout 1 to 9: a peer set up alike could time out; the
-	// peer's own timeout is not known here: against a shorter one, turn
-	// the hold off), and
-	// after two holds in a row that no PostSend ended (a stream of
-	// SENDs, not a ping-pong) none for the next 64 batches. A held ACK is
-	// written behind the reply's requests of its flow, so that UDP GSO
-	// can send the two as one; it is late, never lost or reordered within
-	// its PSN stream (an ACK acknowledges every packet up to its PSN, as
-	// coalesced ACKs do). 0 means DefaultReplyHold; negative never holds
-	// (each batch's ACKs leave as it is handled, as rxe sends them). Keep
-	// it well under the peer's local ACK timeout (4.096 us x 2^timeout).
+	// QP of the Endpoint; a CQ.Wait that finds its CQ empty;
+	// Endpoint.Flush; the next batch read; Close or QP.Destroy; and a
+	// timer, this long after the batch, or at once after a CQ.Poll that
+	// found its CQ empty. Go fires such a timer about a millisecond late
+	// in a process that is otherwise idle (1.2 ms typically, on Linux),
+	// and an Options.Clock of one's own fires it when it is advanced.
+	// All the packets of the batch are held (ACKs, READ responses).
+	//
+	// One batch is held at a time, and only when it had requests in it
+	// and left no QP it reached with sends not yet completed (a batch
+	// whose ACKs let this side send more, or will, holds nothing). None
+	// is held for a QP whose own local ACK timeout is under 4.2 ms
+	// (Timeout 1 to 9: a peer set up alike could time out; the peer's own
+	// timeout is not known here: against a shorter one, turn the hold
+	// off), nor for the next 64 batches after two holds in a row that no
+	// PostSend ended (a stream of SENDs, not a ping-pong).
+	//
+	// A held ACK is written behind the reply's requests of its flow, so
+	// that UDP GSO can send the two as one; it is late, never lost or
+	// reordered within its PSN stream (an ACK acknowledges every packet
+	// up to its PSN, as coalesced ACKs do). 0 means DefaultReplyHold;
+	// negative never holds (each batch's ACKs leave as it is handled, as
+	// rxe sends them). Keep it well under the peer's local ACK timeout
+	// (4.096 us x 2^timeout).
 	ReplyHold time.Duration
 }
 
@@ -152,9 +154,10 @@ const DefaultReplyHold = 100 * time.Microsecond
 const minHoldTimeout = 10
 
 // holdBackoff is how many batches the read loop holds nothing after two
-// holds in a row that no PostSend ended: the application takes completions without
-// answering them (a stream of SENDs, where held ACKs only slow the
-// peer's window), so holding resumes only now and then to look again.
+// holds in a row that no PostSend ended: the application takes
+// completions without answering them (a stream of SENDs, where held ACKs
+// only slow the peer's window), so holding resumes only now and then to
+// look again.
 const holdBackoff = 64
 
 // DefaultSendBatch is Options.SendBatch's default.
@@ -249,12 +252,12 @@ type Endpoint struct {
 	// reply (Options.ReplyHold), until heldDue at the latest.
 	held    bool
 	heldDue time.Time
-	// rxRequest: the batch being handled held a request (read loop).
-	// replied: a PostSend ends the hold; unreplied counts the holds in a
-	// row that none ended. holdSkip: batches left before the next hold,
-	// after two holds that no reply ended (holdBackoff).
+	// rxRequest: the batch being handled held a request (read loop);
 	// rxShortTimeout: one of them was for a QP whose own local ACK
-	// timeout is under minHoldTimeout.
+	// timeout is under minHoldTimeout. replied: a PostSend ends the hold;
+	// unreplied counts the holds in a row that none ended. holdSkip:
+	// batches left before the next hold, after two holds that no reply
+	// ended (holdBackoff).
 	rxRequest      bool
 	rxShortTimeout bool
 	replied        bool
