@@ -96,19 +96,19 @@ func TestRdAtomicCasesNotApplicable(t *testing.T) {
 }
 
 // A peer whose QP takes 16 READs at once but that announces 4 answers the
-// fifth of a burst: max-rd-atomic-exceeded fails, after its three bursts.
+// fifth of a burst: max-rd-atomic-exceeded fails, after its five bursts.
 func TestRdAtomicAnsweredBeyondFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rep := runSelf(t, SelfOptions{Seed: 7, AnnouncedOutReads: 4}, casesNamed(t, "max-rd-atomic-exceeded"))
 		r := rep.Cases[0]
 		t.Logf("%s %v %s", r.Verdict, r.Frames, r.Detail)
-		if r.Verdict != Fail || !strings.Contains(r.Detail, "READ 5, beyond the peer's max_dest_rd_atomic 4, was answered") || !strings.Contains(r.Detail, "in each of 3 bursts") {
+		if r.Verdict != Fail || !strings.Contains(r.Detail, "READ 5, beyond the peer's max_dest_rd_atomic 4, was answered") || !strings.Contains(r.Detail, "in each of 5 bursts") {
 			t.Errorf("verdict %s (%s), want fail", r.Verdict, r.Detail)
 		}
-		// The last burst's READ 5 and its answer: 3 bursts of 5 READs and
+		// The last burst's READ 5 and its answer: 5 bursts of 5 READs and
 		// 5 answers.
-		if len(r.Frames) != 2 || r.Frames[0] != 25 || r.Frames[1] != 30 {
-			t.Errorf("frames %v, want [25 30]", r.Frames)
+		if len(r.Frames) != 2 || r.Frames[0] != 45 || r.Frames[1] != 50 {
+			t.Errorf("frames %v, want [45 50]", r.Frames)
 		}
 	})
 }

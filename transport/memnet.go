@@ -150,6 +150,12 @@ func (c *memConn) ReadBatch(ds []Datagram) (int, error) {
 	case <-c.done:
 		return 0, net.ErrClosed
 	}
+	// A delivery in progress (deliver holds the lock while it queues
+	// what is due) finishes first: a batch written at once is read at
+	// once.
+	c.net.mu.Lock()
+	//lint:ignore SA2001 the empty critical section is the point
+	c.net.mu.Unlock()
 	// The network's copies go back to its pool under one lock per batch.
 	var spent [64][]byte
 	k := 0
@@ -185,19 +191,23 @@ func (c *memConn) WriteBatch(ds []Datagram) (int, error) {
 		return 0, net.ErrClosed
 	default:
 	}
+	// One lock for the batch: its datagrams are all pending before any
+	// of them is delivered, and delivered together (ReadBatch waits for
+	// a delivery in progress), as a socket takes a GSO send whole.
+	c.net.mu.Lock()
+	defer c.net.mu.Unlock()
 	for i := range ds {
 		d := ds[i]
 		d.Src = netip.AddrPortFrom(c.addr.Addr(), d.Src.Port())
 		d.zeroChecksum = !c.opts.ComputeUDPChecksum
-		c.net.send(d)
+		c.net.sendLocked(d)
 	}
 	return len(ds), nil
 }
 
-// send applies the impairments and schedules delivery of a copy of d.
-func (n *Network) send(d Datagram) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+// sendLocked applies the impairments and schedules delivery of a copy of
+// d (n.mu held).
+func (n *Network) sendLocked(d Datagram) {
 	imp := n.imp
 	lost := imp.Loss > 0 && n.rng.Float64() < imp.Loss
 	dup := imp.Duplicate > 0 && n.rng.Float64() < imp.Duplicate
