@@ -199,6 +199,17 @@ const (
 	OpCNP
 )
 
+// IsRequest reports whether op is a requester's: SEND, RDMA WRITE, RDMA
+// READ request or an atomic (IBTA 9.2, the request opcodes), not a
+// response, an acknowledgement or a CNP.
+func (op Operation) IsRequest() bool {
+	switch op {
+	case OpSend, OpWrite, OpReadRequest, OpCompareSwap, OpFetchAdd:
+		return true
+	}
+	return false
+}
+
 var operationNames = [...]string{"UNKNOWN", "SEND", "RDMA_WRITE", "RDMA_READ_REQUEST",
 	"RDMA_READ_RESPONSE", "ACKNOWLEDGE", "ATOMIC_ACKNOWLEDGE", "COMPARE_SWAP", "FETCH_ADD", "CNP"}
 

@@ -268,3 +268,23 @@ func TestOperationString(t *testing.T) {
 		assert.Equal(t, s, op.String())
 	}
 }
+
+// Every opcode a requester sends is a request; responses, ACKs and CNPs
+// are not.
+func TestOperationIsRequest(t *testing.T) {
+	for op := range 256 {
+		info := Opcode(op).Info()
+		if info == nil {
+			continue
+		}
+		want := info.Op == OpSend || info.Op == OpWrite || info.Op == OpReadRequest || info.Op == OpCompareSwap || info.Op == OpFetchAdd
+		if got := info.Op.IsRequest(); got != want {
+			t.Errorf("%s: IsRequest %v, want %v", Opcode(op), got, want)
+		}
+	}
+	for _, op := range []Opcode{RCReadResponseOnly, RCAcknowledge, RCAtomicAcknowledge, CNP} {
+		if op.Info().Op.IsRequest() {
+			t.Errorf("%s is not a request", op)
+		}
+	}
+}

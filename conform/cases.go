@@ -72,14 +72,7 @@ func isAcknowledge(f *Frame) bool { return f.Pkt.BTH.Opcode == bth.RCAcknowledge
 // on rc_pingpong).
 func isRequest(f *Frame) bool {
 	info := f.Pkt.BTH.Opcode.Info()
-	if info == nil || f.Pkt.BTH.Opcode.Transport() != bth.TransportRC {
-		return false
-	}
-	switch info.Op {
-	case bth.OpSend, bth.OpWrite, bth.OpReadRequest, bth.OpCompareSwap, bth.OpFetchAdd:
-		return true
-	}
-	return false
+	return info != nil && f.Pkt.BTH.Opcode.Transport() == bth.TransportRC && info.Op.IsRequest()
 }
 
 func syn(f *Frame) bth.Syndrome { return f.Pkt.AETH.Syndrome }

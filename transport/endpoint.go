@@ -459,7 +459,7 @@ func (ep *Endpoint) receiveLocked(now time.Time, d *Datagram) {
 	}
 	ri := qp.RecvInfo{Src: d.Src, Dst: d.Dst, TOS: d.TOS, HopLimit: d.TTL}
 	q.lastRx = now
-	if info := p.BTH.Opcode.Info(); info != nil && isRequestOp(info.Op) {
+	if info := p.BTH.Opcode.Info(); info != nil && info.Op.IsRequest() {
 		ep.rxRequest = true
 		if q.shortTimeout {
 			ep.rxShortTimeout = true
@@ -771,16 +771,7 @@ func isRequest(d []byte) bool {
 		return false
 	}
 	info := bth.Opcode(d[0]).Info()
-	return info != nil && isRequestOp(info.Op)
-}
-
-// isRequestOp says whether op is a requester's operation.
-func isRequestOp(op bth.Operation) bool {
-	switch op {
-	case bth.OpSend, bth.OpWrite, bth.OpReadRequest, bth.OpCompareSwap, bth.OpFetchAdd:
-		return true
-	}
-	return false
+	return info != nil && info.Op.IsRequest()
 }
 
 // PD is a protection domain of an Endpoint.
