@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"reflect"
 	"runtime"
 	"sync"
@@ -200,11 +201,16 @@ type Stats struct {
 	// EncodeErrors counts packets a QP handed out that could not be
 	// encoded (an address vector of mixed IP versions), dropped.
 	EncodeErrors uint64 `json:"tx_encode_errors"`
+	// DirectBatches counts the batches that a goroutine in CQ.Wait read
+	// from the Conn itself, instead of the Endpoint's read loop (Options.
+	// ReplyHold has how); they are in Received too.
+	DirectBatches uint64 `json:"rx_direct_batches"`
 }
 
 // Drops returns the Endpoint's counters of datagrams it dropped or could
 // not send, each cause its own counter (every Stats field but
-// rx_datagrams, tx_datagrams, rx_cnps and rx_cm_dreq_answered), by JSON
+// rx_datagrams, tx_datagrams, rx_cnps, rx_cm_dreq_answered and
+// rx_direct_batches), by JSON
 // name in field order,
 // leaving out those at zero.
 func (s Stats) Drops() []qp.Count {
@@ -213,7 +219,7 @@ func (s Stats) Drops() []qp.Count {
 	for i := range v.NumField() {
 		name := v.Type().Field(i).Tag.Get("json")
 		switch name {
-		case "rx_datagrams", "tx_datagrams", "rx_cnps", "rx_cm_dreq_answered":
+		case "rx_datagrams", "tx_datagrams", "rx_cnps", "rx_cm_dreq_answered", "rx_direct_batches":
 			continue
 		}
 		if n := v.Field(i).Uint(); n != 0 {
@@ -287,6 +293,26 @@ type Endpoint struct {
 	// CM answers of an Endpoint without QP1 (gsi.go)
 	gsiOut []gsiAnswer
 	gsiPSN bth.PSN
+
+	// Direct reads (direct.go). read reads a batch into rxds, the read
+	// loop's, which whoever reads owns. kicker: the Conn can be kicked
+	// (nil: no direct reads). lent: the read loop lent the socket to
+	// CQ.Wait, parked on loopWake until lentDue at the latest; inline: a
+	// goroutine in Wait on inlineCQ is reading it; kicked: kickReader set the Conn's
+	// read deadline. kickDone is the ctx.Done channel of the registered
+	// kickStop. shortQPs counts the QPs with shortTimeout.
+	read     func([]Datagram) (int, error)
+	rxds     []Datagram
+	kicker   kickConn
+	lent     bool
+	inline   bool
+	inlineCQ *CQ
+	kicked   bool
+	lentDue  time.Time
+	loopWake chan struct{}
+	kickDone <-chan struct{}
+	kickStop func() bool
+	shortQPs int
 }
 
 // NewEndpoint starts an Endpoint on conn. Close stops it and closes conn.
@@ -305,6 +331,23 @@ func NewEndpoint(conn Conn, opts Options) *Endpoint {
 	_, ep.onNetwork = innermost(conn).(*memConn)
 	ep.sendFn = ep.sendLoop
 	ep.sendIdle.L = &ep.mu
+	ep.rxds = make([]Datagram, 64)
+	for i := range ep.rxds {
+		ep.rxds[i].Data = make([]byte, 0, 16<<10)
+	}
+	// A Linux UDP Conn with GRO on, with no decorator around it, hands
+	// out the datagrams in its own buffers instead of copying them into
+	// rxds: each batch is done with before the next read. The same Conn
+	// can be kicked, so CQ.Wait may read it (direct.go).
+	ep.read = conn.ReadBatch
+	if a, ok := conn.(interface {
+		readBatchAliased([]Datagram) (int, error)
+	}); ok {
+		ep.read = a.readBatchAliased
+	}
+	if k, ok := conn.(kickConn); ok {
+		ep.kicker, ep.loopWake = k, make(chan struct{}, 1)
+	}
 	if opts.BusyPoll > 0 {
 		if bp, ok := innermost(conn).(interface{ setBusyPoll(time.Duration) }); ok {
 			bp.setBusyPoll(opts.BusyPoll)
@@ -356,6 +399,13 @@ func (ep *Endpoint) Close() error {
 	for _, c := range ep.cqs {
 		c.signal()
 	}
+	// The read loop, if it lent the socket, reads again (and finds it
+	// closed); a goroutine reading in Wait gives it back when its read
+	// fails.
+	ep.unlendLocked()
+	if ep.kickStop != nil {
+		ep.kickStop()
+	}
 	ep.mu.Unlock()
 	err := ep.conn.Close()
 	<-ep.done
@@ -379,22 +429,17 @@ func (ep *Endpoint) drainLocked() {
 
 func (ep *Endpoint) readLoop() {
 	defer close(ep.done)
-	ds := make([]Datagram, 64)
-	for i := range ds {
-		ds[i].Data = make([]byte, 0, 16<<10)
-	}
-	// A Linux UDP Conn with GRO on, with no decorator around it, hands
-	// out the datagrams in its own buffers instead of copying them into
-	// ds: each batch is done with before the next read.
-	read := ep.conn.ReadBatch
-	if a, ok := ep.conn.(interface {
-		readBatchAliased([]Datagram) (int, error)
-	}); ok {
-		read = a.readBatchAliased
-	}
 	for {
-		n, err := read(ds)
+		n, err := ep.read(ep.rxds)
 		if err != nil {
+			ep.mu.Lock()
+			kicked := ep.kicked && errors.Is(err, os.ErrDeadlineExceeded)
+			// A kick meant for a reader in CQ.Wait that had returned.
+			ep.unkickLocked()
+			ep.mu.Unlock()
+			if kicked {
+				continue
+			}
 			if !errors.Is(err, net.ErrClosed) {
 				ep.log.Error("read failed; endpoint stops", "err", err)
 			}
@@ -405,17 +450,33 @@ func (ep *Endpoint) readLoop() {
 		// the socket reached the QPs: their counters and a capture agree.
 		ep.mu.Lock()
 		now := ep.clock.Now()
-		ep.rxRequest, ep.rxShortTimeout = false, false
-		for i := range n {
-			ep.receiveLocked(now, &ds[i])
-		}
-		ep.flushReceivedLocked(now)
+		woke := ep.handleBatchLocked(now, ep.rxds[:n])
 		closed := ep.closed
+		if woke && ep.lendableLocked() {
+			ep.lendLocked(now)
+		}
+		lent := ep.lent
 		ep.mu.Unlock()
 		if closed {
 			return
 		}
+		if lent {
+			<-ep.loopWake
+		}
 	}
+}
+
+// handleBatchLocked hands a batch read to the QPs, then sends, holds or
+// signals what they produced (flushReceivedLocked). It reports whether
+// the batch woke a goroutine in CQ.Wait.
+func (ep *Endpoint) handleBatchLocked(now time.Time, ds []Datagram) bool {
+	ep.rxRequest, ep.rxShortTimeout = false, false
+	for i := range ds {
+		ep.receiveLocked(now, &ds[i])
+	}
+	woke := ep.kicker != nil && ep.wakesLocked()
+	ep.flushReceivedLocked(now)
+	return woke
 }
 
 // receiveLocked handles one datagram.
@@ -607,6 +668,10 @@ func (ep *Endpoint) signalLocked() {
 	k := 0
 	for _, c := range ep.waiting {
 		if len(c.waiters) > 0 && c.cq.Len() > 0 {
+			if c == ep.inlineCQ {
+				// Its waiter is reading the socket, not its channel.
+				ep.kickLocked()
+			}
 			c.signal()
 		}
 		if len(c.waiters) > 0 {
@@ -861,45 +926,41 @@ func (c *CQ) Poll(wc []qp.WC) int {
 var ErrClosed = errors.New("transport: endpoint closed")
 
 // Wait blocks until at least one completion is there, then polls up to
-// len(wc) of them. It returns ctx.Err() when ctx ends first.
+// len(wc) of them. It returns ctx.Err() when ctx ends first. While the
+// read loop has lent it the socket (direct.go), one goroutine in Wait
+// reads the Conn itself.
 func (c *CQ) Wait(ctx context.Context, wc []qp.WC) (int, error) {
+	ep := c.ep
 	var w chan struct{}
+	parked := false
 	defer func() {
-		if w != nil {
-			c.ep.mu.Lock()
-			c.release(w)
-			c.ep.mu.Unlock()
+		if parked {
+			// ctx ended while parked.
+			ep.mu.Lock()
+			c.leaveLocked(&w)
+			ep.mu.Unlock()
 		}
 	}()
 	var spinSince time.Time
 	for {
-		c.ep.mu.Lock()
+		ep.mu.Lock()
+		parked = false
 		if n := c.cq.Poll(wc); n > 0 {
-			c.ep.mu.Unlock()
+			c.leaveLocked(&w)
+			ep.mu.Unlock()
 			return n, nil
 		}
-		if c.ep.closed {
-			c.ep.mu.Unlock()
+		if ep.closed {
+			c.leaveLocked(&w)
+			ep.mu.Unlock()
 			return 0, ErrClosed
 		}
-		c.ep.flushHeldLocked()
+		ep.flushHeldLocked()
 		if n := c.cq.Poll(wc); n > 0 {
 			// Completions came while the lock was released to write.
-			c.ep.mu.Unlock()
+			c.leaveLocked(&w)
+			ep.mu.Unlock()
 			return n, nil
-		}
-		if bp := c.ep.opts.BusyPoll; bp > 0 {
-			// Busy-polling: try again before parking, until the
-			// budget is spent or ctx ends.
-			now := time.Now()
-			if spinSince.IsZero() {
-				spinSince = now
-			}
-			if now.Sub(spinSince) < bp && ctx.Err() == nil {
-				c.ep.mu.Unlock()
-				runtime.Gosched()
-				continue
-			}
 		}
 		if w == nil {
 			if k := len(c.free); k > 0 {
@@ -909,18 +970,64 @@ func (c *CQ) Wait(ctx context.Context, wc []qp.WC) (int, error) {
 				w = make(chan struct{}, 1)
 			}
 		}
-		c.waiters = append(c.waiters, w)
-		if !c.listed {
-			c.listed = true
-			c.ep.waiting = append(c.ep.waiting, c)
+		if ep.lent && !ep.inline && !ep.closed {
+			if err := ctx.Err(); err != nil {
+				c.leaveLocked(&w)
+				ep.mu.Unlock()
+				return 0, err
+			}
+			// The socket is lent: read it here. Listed as a waiter, so
+			// that a batch that completes this CQ's work counts as
+			// waking a goroutine (Options.ReplyHold).
+			c.addWaiterLocked(w)
+			ep.readDirectLocked(ctx, c)
+			c.release(w)
+			ep.mu.Unlock()
+			continue
 		}
-		c.ep.mu.Unlock()
+		if bp := ep.opts.BusyPoll; bp > 0 {
+			// Busy-polling: try again before parking, until the
+			// budget is spent or ctx ends.
+			now := time.Now()
+			if spinSince.IsZero() {
+				spinSince = now
+			}
+			if now.Sub(spinSince) < bp && ctx.Err() == nil {
+				ep.mu.Unlock()
+				runtime.Gosched()
+				continue
+			}
+		}
+		c.addWaiterLocked(w)
+		parked = true
+		ep.mu.Unlock()
 		select {
 		case <-w:
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
 	}
+}
+
+// addWaiterLocked lists w among the CQ's waiters, and the CQ among the
+// Endpoint's CQs with waiters (ep.mu held).
+func (c *CQ) addWaiterLocked(w chan struct{}) {
+	c.waiters = append(c.waiters, w)
+	if !c.listed {
+		c.listed = true
+		c.ep.waiting = append(c.ep.waiting, c)
+	}
+}
+
+// leaveLocked is the end of a Wait: its channel, if it took one, goes
+// back to the free list, and a lent socket stays lent only if no other
+// goroutine is parked in Wait (ep.mu held).
+func (c *CQ) leaveLocked(w *chan struct{}) {
+	if *w != nil {
+		c.release(*w)
+		*w = nil
+	}
+	c.ep.leftWaitLocked()
 }
 
 // release takes w off the waiters (when no signal did), empties it and
@@ -1125,7 +1232,16 @@ func (w *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
 		return err
 	}
 	if mask&qp.IBV_QP_TIMEOUT != 0 {
-		w.shortTimeout = attr.Timeout > 0 && attr.Timeout < minHoldTimeout
+		short := attr.Timeout > 0 && attr.Timeout < minHoldTimeout
+		if short != w.shortTimeout {
+			w.shortTimeout = short
+			if short {
+				w.ep.shortQPs++
+				w.ep.unlendLocked()
+			} else {
+				w.ep.shortQPs--
+			}
+		}
 	}
 	if mask&qp.IBV_QP_AV != 0 || mask&qp.IBV_QP_DEST_QPN != 0 {
 		w.setEncap(w.q.Remote())
@@ -1233,6 +1349,9 @@ func (w *QP) Destroy() {
 		w.ep.drainLocked()
 	}
 	delete(w.ep.qps, w.q.QPN)
+	if w.shortTimeout && !w.gone {
+		w.ep.shortQPs--
+	}
 	w.ep.dropLocked(w)
 	w.q.Destroy()
 }

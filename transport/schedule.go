@@ -89,7 +89,8 @@ func (ep *Endpoint) dirtyLocked(w *QP) {
 
 // armLocked refreshes the deadlines of the QPs touched and sets the timer
 // to the earliest QP deadline, or to when held packets must leave
-// (Options.ReplyHold) if that is earlier.
+// (Options.ReplyHold), or a lent socket return to the read loop
+// (direct.go), if that is earlier.
 func (ep *Endpoint) armLocked() {
 	for i, w := range ep.dirty {
 		ep.dirty[i] = nil
@@ -106,6 +107,9 @@ func (ep *Endpoint) armLocked() {
 	}
 	if ep.held && (next.IsZero() || ep.heldDue.Before(next)) {
 		next = ep.heldDue
+	}
+	if ep.lent && !ep.inline && (next.IsZero() || ep.lentDue.Before(next)) {
+		next = ep.lentDue
 	}
 	if next.IsZero() {
 		return
@@ -139,6 +143,10 @@ func (ep *Endpoint) onTimer() {
 			timedOut = true
 		}
 		ep.touchLocked(w) // back in the heap at its next deadline, if any
+	}
+	if ep.lent && !ep.inline && !now.Before(ep.lentDue) {
+		// Lent, and no goroutine came back to Wait to read it.
+		ep.unlendLocked()
 	}
 	if ep.held && !timedOut && now.Before(ep.heldDue) {
 		// Armed for an earlier deadline: what is held waits for its

@@ -816,3 +816,11 @@ func (c *udpConn) spin() bool {
 	runtime.Gosched()
 	return true
 }
+
+// kick makes the read in progress return os.ErrDeadlineExceeded, and the
+// next until unkick (a read deadline in the past): the Endpoint wakes a
+// goroutine reading in CQ.Wait whose ctx ended (direct.go).
+func (c *udpConn) kick() { _ = c.main.c.SetReadDeadline(time.Unix(1, 0)) }
+
+// unkick takes the read deadline kick set away.
+func (c *udpConn) unkick() { _ = c.main.c.SetReadDeadline(time.Time{}) }
