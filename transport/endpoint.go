@@ -143,6 +143,15 @@ type Options struct {
 	// negative never holds (each batch's ACKs leave as it is handled, as
 	// rxe sends them). Keep it well under the peer's local ACK timeout
 	// (4.096 us x 2^timeout).
+	//
+	// ReplyHold also bounds direct reads (direct.go; docs/datapath.md):
+	// after a batch woke a goroutine in CQ.Wait, the read loop lends the
+	// socket to CQ.Wait, and the next goroutine there that finds its CQ
+	// empty reads the Conn itself (one wake-up per message instead of
+	// two). If none has read it for ReplyHold (plus the timer's
+	// lateness), the read loop takes it back. Not for QPs with a timeout
+	// of 1 to 9, nor with ReplyHold negative; only on the Linux UDP Conn
+	// with no decorator around it.
 	ReplyHold time.Duration
 }
 
