@@ -101,6 +101,12 @@ func TestDirectReadPingPong(t *testing.T) {
 		assert.Empty(t, st.Drops(), "side %d", i)
 		c := s[i].qp.Counters()
 		assert.Zero(t, c.RetransmittedPkts, "side %d", i)
+		// One goroutine waits on each CQ: its channel is the one kept
+		// for reuse, however many batches it read.
+		s[i].ep.mu.Lock()
+		free := len(s[i].cq.free)
+		s[i].ep.mu.Unlock()
+		assert.LessOrEqual(t, free, 1, "side %d: channels kept for reuse", i)
 	}
 }
 

@@ -990,7 +990,8 @@ func (c *CQ) Wait(ctx context.Context, wc []qp.WC) (int, error) {
 			// waking a goroutine (Options.ReplyHold).
 			c.addWaiterLocked(w)
 			ep.readDirectLocked(ctx, c)
-			c.release(w)
+			c.release(w) // back to c.free
+			w = nil
 			ep.mu.Unlock()
 			continue
 		}
