@@ -77,6 +77,12 @@ func benchWriteBW(b *testing.B, mtu qp.MTU, conns [2]Conn) {
 	dst := make([]byte, size*depth)
 	smr, _ := s[0].pd.RegMR(src, qp.IBV_ACCESS_LOCAL_WRITE)
 	dmr, _ := s[1].pd.RegMR(dst, qp.IBV_ACCESS_LOCAL_WRITE|qp.IBV_ACCESS_REMOTE_WRITE)
+	// One SGE list per slot, made once: a slice literal per post would be
+	// the benchmark's own allocation, not the datapath's.
+	sges := make([][]qp.SGE, depth)
+	for i := range sges {
+		sges[i] = []qp.SGE{smr.SGE(i*size, size)}
+	}
 	wc := make([]qp.WC, 64)
 	ctx := context.Background()
 	b.SetBytes(size)
@@ -87,7 +93,7 @@ func benchWriteBW(b *testing.B, mtu qp.MTU, conns [2]Conn) {
 		for posted < b.N && posted-done < depth {
 			off := (posted % depth) * size
 			if err := s[0].qp.PostSend(qp.SendWR{WRID: uint64(posted), Opcode: qp.IBV_WR_RDMA_WRITE,
-				SGEs: []qp.SGE{smr.SGE(off, size)}, RemoteAddr: dmr.VA + uint64(off), RKey: dmr.RKey}); err != nil {
+				SGEs: sges[posted%depth], RemoteAddr: dmr.VA + uint64(off), RKey: dmr.RKey}); err != nil {
 				b.Fatal(err)
 			}
 			posted++
