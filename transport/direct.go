@@ -13,12 +13,12 @@ import (
 // CQs got completions. In a ping-pong that is two wake-ups per message:
 // the network poller wakes the read loop, and the read loop wakes the
 // waiter (with more than one Go processor, often by waking another
-// thread). When the read loop has just woken a waiter, it lends the
-// socket to CQ.Wait instead of reading on: the next goroutine that finds
-// its CQ empty reads the Conn itself, handles the batch as the read loop
-// would (for every QP and CQ of the Endpoint) and returns what its CQ
-// got, woken by the network poller alone. The read loop takes the socket
-// back:
+// thread). When the read loop has just woken a waiter, and no other
+// goroutine is left parked in Wait, it lends the socket to CQ.Wait
+// instead of reading on: the next goroutine that finds its CQ empty
+// reads the Conn itself, handles the batch as the read loop would (for
+// every QP and CQ of the Endpoint) and returns what its CQ got, woken by
+// the network poller alone. The read loop takes the socket back:
 //
 //   - when a goroutine leaves Wait while others are parked in it, so
 //     that none of them waits on a socket nobody reads;
@@ -55,6 +55,7 @@ func (ep *Endpoint) lendableLocked() bool {
 // goroutine takes it first.
 func (ep *Endpoint) lendLocked(now time.Time) {
 	ep.lent, ep.lentDue = true, now.Add(ep.opts.ReplyHold)
+	ep.lends++
 	ep.armLocked()
 }
 

@@ -318,3 +318,29 @@ func TestDirectReadClose(t *testing.T) {
 		}
 	}
 }
+
+// A goroutine left parked in Wait (as a CM Service's on QP1's CQ) keeps
+// the socket with the read loop: lending it would only have it taken
+// back when the woken goroutine leaves Wait.
+func TestDirectReadNotWithOthersParked(t *testing.T) {
+	s, sge := directPair(t, Options{}, defaultPair())
+	idle := s[1].ep.NewCQ(4)
+	ctx, cancel := context.WithCancel(context.Background())
+	parked := make(chan struct{})
+	go func() {
+		defer close(parked)
+		_, err := idle.Wait(ctx, make([]qp.WC, 1))
+		assert.ErrorIs(t, err, context.Canceled)
+	}()
+	parkedIn(t, idle)
+	pingPong(t, s, sge, 50)
+	cancel()
+	<-parked
+	lends := func(ep *Endpoint) int {
+		ep.mu.Lock()
+		defer ep.mu.Unlock()
+		return ep.lends
+	}
+	assert.Zero(t, lends(s[1].ep), "the side with a goroutine parked on another CQ")
+	assert.NotZero(t, lends(s[0].ep), "the other side")
+}

@@ -322,6 +322,7 @@ type Endpoint struct {
 	kickDone <-chan struct{}
 	kickStop func() bool
 	shortQPs int
+	lends    int // times the read loop lent the socket (tests)
 }
 
 // NewEndpoint starts an Endpoint on conn. Close stops it and closes conn.
@@ -477,14 +478,33 @@ func (ep *Endpoint) readLoop() {
 
 // handleBatchLocked hands a batch read to the QPs, then sends, holds or
 // signals what they produced (flushReceivedLocked). It reports whether
-// the batch woke a goroutine in CQ.Wait.
+// the batch woke every goroutine parked in CQ.Wait (at least one), after
+// which the read loop may lend the socket (direct.go).
 func (ep *Endpoint) handleBatchLocked(now time.Time, ds []Datagram) bool {
 	ep.rxRequest, ep.rxShortTimeout = false, false
 	for i := range ds {
 		ep.receiveLocked(now, &ds[i])
 	}
-	woke := ep.kicker != nil && ep.wakesLocked()
+	woke := ep.kicker != nil && ep.wakesAllLocked()
 	ep.flushReceivedLocked(now)
+	return woke
+}
+
+// wakesAllLocked says whether signalLocked would wake a goroutine and
+// leave none parked in CQ.Wait: then a goroutine comes back to Wait, and
+// no other is left waiting on a socket lent to it (a CM Service's
+// goroutine parked on QP1's CQ, say, while the application's is woken).
+func (ep *Endpoint) wakesAllLocked() bool {
+	woke := false
+	for _, c := range ep.waiting {
+		if len(c.waiters) == 0 {
+			continue
+		}
+		if c.cq.Len() == 0 {
+			return false
+		}
+		woke = true
+	}
 	return woke
 }
 
