@@ -344,3 +344,25 @@ func TestDirectReadNotWithOthersParked(t *testing.T) {
 	assert.Zero(t, lends(s[1].ep), "the side with a goroutine parked on another CQ")
 	assert.NotZero(t, lends(s[0].ep), "the other side")
 }
+
+// A goroutine reading in Wait on a busy-polling Conn stops spinning when
+// its ctx ends, well before the busy-poll budget is spent.
+func TestDirectReadCtxCancelBusyPoll(t *testing.T) {
+	s, sge := directPair(t, longLease, defaultPair())
+	lend(t, s, sge)
+	s[1].ep.kicker.(*udpConn).setBusyPoll(time.Minute)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error)
+	go func() {
+		_, err := s[1].cq.Wait(ctx, make([]qp.WC, 1))
+		errc <- err
+	}()
+	readingInWait(t, s[1].ep)
+	cancel()
+	select {
+	case err := <-errc:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait spun on after its ctx ended")
+	}
+}

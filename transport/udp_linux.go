@@ -53,6 +53,7 @@ type udpConn struct {
 	// found the socket empty (zero: not yet).
 	busyPoll  atomic.Int64
 	spinSince time.Time
+	kicked    atomic.Bool // kick: a read that spins stops
 
 	wmu     sync.Mutex // WriteBatch may be called from several goroutines
 	whdrs   []mmsghdr
@@ -804,7 +805,7 @@ func (c *udpConn) setBusyPoll(d time.Duration) { c.busyPoll.Store(int64(max(d, 0
 // again: while within the busy-poll budget, after yielding the processor.
 func (c *udpConn) spin() bool {
 	budget := time.Duration(c.busyPoll.Load())
-	if budget <= 0 {
+	if budget <= 0 || c.kicked.Load() {
 		return false
 	}
 	now := time.Now()
@@ -820,7 +821,14 @@ func (c *udpConn) spin() bool {
 // kick makes the read in progress return os.ErrDeadlineExceeded, and the
 // next until unkick (a read deadline in the past): the Endpoint wakes a
 // goroutine reading in CQ.Wait whose ctx ended (direct.go).
-func (c *udpConn) kick() { _ = c.main.c.SetReadDeadline(time.Unix(1, 0)) }
+// A busy-polling read (spin) stops spinning at once.
+func (c *udpConn) kick() {
+	c.kicked.Store(true)
+	_ = c.main.c.SetReadDeadline(time.Unix(1, 0))
+}
 
 // unkick takes the read deadline kick set away.
-func (c *udpConn) unkick() { _ = c.main.c.SetReadDeadline(time.Time{}) }
+func (c *udpConn) unkick() {
+	c.kicked.Store(false)
+	_ = c.main.c.SetReadDeadline(time.Time{})
+}
