@@ -79,6 +79,10 @@ func (ep *Endpoint) leftWaitLocked() {
 	if !ep.lent || ep.inline {
 		return
 	}
+	if ep.closed || ep.closing {
+		ep.unlendLocked() // the read loop reads, finds the Conn closed and ends
+		return
+	}
 	for _, c := range ep.waiting {
 		if len(c.waiters) > 0 {
 			ep.unlendLocked()
@@ -95,42 +99,48 @@ func (ep *Endpoint) leftWaitLocked() {
 // closed; the caller polls its CQ either way.
 func (ep *Endpoint) readDirectLocked(ctx context.Context, c *CQ) {
 	ep.inline, ep.inlineCQ = true, c
-	if done := ctx.Done(); done != nil && done != ep.kickDone {
+	ep.inlineDone = ctx.Done()
+	if done := ep.inlineDone; done != nil && done != ep.kickDone {
 		if ep.kickStop != nil {
 			ep.kickStop()
 		}
-		ep.kickDone, ep.kickStop = done, context.AfterFunc(ctx, ep.kickReader)
+		ep.kickDone, ep.kickStop = done, context.AfterFunc(ctx, func() { ep.kickReader(done) })
 	}
 	ds := ep.rxds
 	ep.mu.Unlock()
 	n, err := ep.read(ds)
 	ep.mu.Lock()
-	ep.inline, ep.inlineCQ = false, nil
-	if err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) && ep.kicked {
-			ep.unkickLocked()
-			return
-		}
+	ep.inline, ep.inlineCQ, ep.inlineDone = false, nil, nil
+	// A kick was for this read: undone before the batch's handling
+	// releases ep.mu (to write), when another reader may read.
+	ep.unkickLocked()
+	switch {
+	case err == nil:
+		ep.stats.DirectBatches++
+		ep.handleBatchLocked(ep.clock.Now(), ds[:n])
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// Kicked: the caller looks at its CQ and ctx again.
+	default:
 		// Closed, or a failure: the read loop reads again, and logs
 		// and stops on the same error.
-		ep.unkickLocked()
 		ep.unlendLocked()
 		return
 	}
-	ep.stats.DirectBatches++
-	ep.handleBatchLocked(ep.clock.Now(), ds[:n])
-	ep.unkickLocked()
 	if ep.closed || ep.closing {
 		ep.unlendLocked()
 	}
 }
 
-// kickReader wakes the goroutine reading in CQ.Wait, if any: its ctx
-// ended (a context.AfterFunc).
-func (ep *Endpoint) kickReader() {
+// kickReader wakes the goroutine reading in CQ.Wait, if its ctx is the
+// one whose Done channel is done (a context.AfterFunc): a ctx of another
+// Wait that ended (a context.WithTimeout per call, cancelled after it)
+// wakes nobody.
+func (ep *Endpoint) kickReader(done <-chan struct{}) {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	ep.kickLocked()
+	if ep.inlineDone == done {
+		ep.kickLocked()
+	}
 }
 
 // kickLocked wakes the goroutine reading in CQ.Wait, if any: its ctx

@@ -366,3 +366,104 @@ func TestDirectReadCtxCancelBusyPoll(t *testing.T) {
 		t.Fatal("Wait spun on after its ctx ended")
 	}
 }
+
+// Several goroutines in Wait on one CQ, one message at a time, each Wait
+// with a ctx of its own (context.WithTimeout per call): every message
+// wakes one of them. A kick undone only after the batch was handled (the
+// lock released to write meanwhile) once left the read loop reading with
+// the deadline still set, and it stopped.
+func TestDirectReadManyWaitersOneCQ(t *testing.T) {
+	const waiters, msgs = 4, 1000
+	s, sge := directPair(t, Options{}, defaultPair())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	recvd := make(chan struct{}, msgs)
+	for range waiters {
+		go func() {
+			wc := make([]qp.WC, 1)
+			for {
+				wctx, wcancel := context.WithTimeout(ctx, 3*time.Second)
+				n, err := s[1].cq.Wait(wctx, wc)
+				wcancel()
+				if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+					return
+				}
+				for _, c := range wc[:n] {
+					if c.Opcode == qp.IBV_WC_RECV {
+						assert.NoError(t, s[1].qp.PostRecv(qp.RecvWR{SGEs: sge[1]}))
+						recvd <- struct{}{}
+					}
+				}
+			}
+		}()
+	}
+	for m := range msgs {
+		require.NoError(t, s[0].qp.PostSend(qp.SendWR{Opcode: qp.IBV_WR_SEND, SGEs: sge[0]}))
+		select {
+		case <-recvd:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("message %d: received by no goroutine in Wait (side 1: %+v)", m, s[1].ep.Stats())
+		}
+		wait(t, s[0].cq, 1)
+	}
+}
+
+// A goroutine reading in Wait whose ctx ends as the Endpoint closes:
+// Close returns. The kicked read once left the socket lent to nobody, and
+// Close waited for the read loop for ever.
+func TestDirectReadCloseWhileKicked(t *testing.T) {
+	for i := range 100 {
+		s, sge := directPair(t, longLease, defaultPair())
+		lend(t, s, sge)
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := s[1].cq.Wait(ctx, make([]qp.WC, 1))
+			errc <- err
+		}()
+		readingInWait(t, s[1].ep)
+		closed := make(chan error, 1)
+		go cancel()
+		go func() { closed <- s[1].ep.Close() }()
+		select {
+		case <-closed:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("iteration %d: Close hung", i)
+		}
+		<-errc
+		s[0].ep.Close()
+	}
+}
+
+// Two goroutines in Wait on one CQ, each woken by a SEND of its own.
+func TestDirectReadTwoWaitersOneCQ(t *testing.T) {
+	s, sge := directPair(t, longLease, defaultPair())
+	lend(t, s, sge)
+	got := make(chan error, 2)
+	for range 2 {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := s[1].cq.Wait(ctx, make([]qp.WC, 1))
+			got <- err
+		}()
+	}
+	require.Eventually(t, func() bool {
+		s[1].ep.mu.Lock()
+		defer s[1].ep.mu.Unlock()
+		return len(s[1].cq.waiters) == 2 && s[1].ep.inline
+	}, 10*time.Second, 100*time.Microsecond, "one goroutine reads, one is parked")
+	for k := range 2 {
+		require.NoError(t, s[0].qp.PostSend(qp.SendWR{Opcode: qp.IBV_WR_SEND, SGEs: sge[0]}))
+		assert.NoError(t, <-got, "Wait %d", k)
+	}
+}
+
+// A read deadline the read loop finds (a kick meant for a reader in Wait
+// that was undone too late, whoever undid it) does not stop it: only
+// kicks set deadlines.
+func TestDirectReadLoopSurvivesStaleKick(t *testing.T) {
+	s, sge := directPair(t, Options{ReplyHold: -1}, defaultPair()) // the read loop reads throughout
+	s[1].ep.kicker.kick()                                          // the deadline without the flag: undone elsewhere
+	pingPong(t, s, sge, 10)
+}

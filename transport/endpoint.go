@@ -316,13 +316,15 @@ type Endpoint struct {
 	lent     bool
 	inline   bool
 	inlineCQ *CQ
-	kicked   bool
-	lentDue  time.Time
-	loopWake chan struct{}
-	kickDone <-chan struct{}
-	kickStop func() bool
-	shortQPs int
-	lends    int // times the read loop lent the socket (tests)
+	// inlineDone: the ctx.Done channel of the goroutine reading.
+	inlineDone <-chan struct{}
+	kicked     bool
+	lentDue    time.Time
+	loopWake   chan struct{}
+	kickDone   <-chan struct{}
+	kickStop   func() bool
+	shortQPs   int
+	lends      int // times the read loop lent the socket (tests)
 }
 
 // NewEndpoint starts an Endpoint on conn. Close stops it and closes conn.
@@ -443,9 +445,15 @@ func (ep *Endpoint) readLoop() {
 		n, err := ep.read(ep.rxds)
 		if err != nil {
 			ep.mu.Lock()
-			kicked := ep.kicked && errors.Is(err, os.ErrDeadlineExceeded)
-			// A kick meant for a reader in CQ.Wait that had returned.
-			ep.unkickLocked()
+			// Only kicks set read deadlines: one meant for a reader in
+			// CQ.Wait that had returned, whether or not that reader
+			// undid it since. No goroutine reads in Wait while the read
+			// loop does, so the deadline goes.
+			kicked := errors.Is(err, os.ErrDeadlineExceeded)
+			if kicked && ep.kicker != nil {
+				ep.kicked = false
+				ep.kicker.unkick()
+			}
 			ep.mu.Unlock()
 			if kicked {
 				continue
@@ -1263,7 +1271,7 @@ func (w *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
 	}
 	if mask&qp.IBV_QP_TIMEOUT != 0 {
 		short := attr.Timeout > 0 && attr.Timeout < minHoldTimeout
-		if short != w.shortTimeout {
+		if short != w.shortTimeout && !w.gone {
 			w.shortTimeout = short
 			if short {
 				w.ep.shortQPs++

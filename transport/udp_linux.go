@@ -53,7 +53,7 @@ type udpConn struct {
 	// found the socket empty (zero: not yet).
 	busyPoll  atomic.Int64
 	spinSince time.Time
-	kicked    atomic.Bool // kick: a read that spins stops
+	kicked    atomic.Bool // kick or Close: a read that spins stops
 
 	wmu     sync.Mutex // WriteBatch may be called from several goroutines
 	whdrs   []mmsghdr
@@ -271,6 +271,9 @@ func (c *udpConn) SourcePort(want uint16) uint16 {
 }
 
 func (c *udpConn) Close() error {
+	// A busy-polling read stops spinning: closing the socket waits for
+	// the read in progress to return.
+	c.kicked.Store(true)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
@@ -829,6 +832,10 @@ func (c *udpConn) kick() {
 
 // unkick takes the read deadline kick set away.
 func (c *udpConn) unkick() {
-	c.kicked.Store(false)
+	c.mu.Lock()
+	if !c.closed {
+		c.kicked.Store(false)
+	}
+	c.mu.Unlock()
 	_ = c.main.c.SetReadDeadline(time.Time{})
 }
