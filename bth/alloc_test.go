@@ -207,13 +207,17 @@ func BenchmarkAppend(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			buf := make([]byte, 0, len(pkt))
-			b.ReportAllocs()
-			b.SetBytes(int64(len(pkt)))
-			for b.Loop() {
-				if _, err := p.Append(buf[:0], &testEncap4); err != nil {
-					b.Fatal(err)
-				}
+			for _, spare := range []int{0, AppendSpare} {
+				b.Run(fmt.Sprintf("spare=%d", spare), func(b *testing.B) {
+					buf := make([]byte, 0, len(pkt)+spare)
+					b.ReportAllocs()
+					b.SetBytes(int64(len(pkt)))
+					for b.Loop() {
+						if _, err := p.Append(buf[:0], &testEncap4); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
 			}
 		})
 	}

@@ -143,3 +143,105 @@ func VerifyICRC(ip, udp, roce []byte) (got, want uint32, err error) {
 	}
 	return got, want, err
 }
+
+// icrcInlineMax is the longest rest of a packet (after the BTH) that
+// appendICRC folds into its block with the headers; a longer one is run
+// through crc32.Update after the block.
+const icrcInlineMax = 256
+
+// AppendSpare is the spare capacity, beyond the packet, that lets
+// Packet.Append compute the ICRC without table lookups for the headers
+// (amd64 and arm64): Append lays the masked headers out there before it
+// appends the ICRC. With less it computes the same ICRC with the
+// slicing tables; it never grows b for it.
+const AppendSpare = 4 + IPv6Len + UDPLen + BTHLen + icrcInlineMax + 16 + ICRCLen
+
+// appendICRC appends the ICRC of pkt, the last bytes of b (BTH to the end
+// of the pad), as it travels inside the headers e describes; it is
+// e.ICRC(pkt), computed otherwise. The masked headers, after 4 bytes of
+// ones and before a short packet's rest, are laid out in b's spare
+// capacity (AppendSpare; with less, ICRC's way) and the CRC-32 runs over them with
+// crc32.Update, whose folding with carry-less multiplication (amd64,
+// arm64 has CRC instructions) takes no table lookups for whole 16-byte
+// blocks of at least 64 bytes. The layout gets there with leading zeros:
+// the ICRC starts from a register of ones and 8 bytes of 0xFF (the LRH's
+// place), and after the first 4 the register is 0, which zeros leave at
+// 0; so the CRC of zeros, then 4 bytes of 0xFF, then the rest, from a
+// register of 0, is the ICRC. A packet's ICRC with the payload in cache
+// otherwise took about 100 ns per small packet in a ping-pong (two 8 KiB
+// slicing tables, evicted between turns), which is what this saves.
+func (e *Encap) appendICRC(b []byte, pktLen int) ([]byte, error) {
+	if err := e.check(); err != nil {
+		return b, err
+	}
+	if pktLen < BTHLen || pktLen > len(b) {
+		return b, ErrBadIPHeader
+	}
+	v4 := e.IsIPv4()
+	ipLen := IPv6Len
+	if v4 {
+		ipLen = IPv4Len
+	}
+	udpLen := UDPLen + pktLen + ICRCLen
+	if udpLen+ipLen > 0xFFFF {
+		return b, ErrBadIPHeader
+	}
+	rest := pktLen - BTHLen
+	inline := rest <= icrcInlineMax
+	n := 4 + ipLen + UDPLen + BTHLen
+	if inline {
+		n += rest
+	}
+	total := max((n+15)&^15, 64)
+	end := len(b)
+	if cap(b)-end < total+ICRCLen {
+		// No room for the block: the tables' way, in place.
+		crc, err := e.ICRC(b[end-pktLen:])
+		if err != nil {
+			return b, err
+		}
+		return binary.LittleEndian.AppendUint32(b, crc), nil
+	}
+	s := b[end : end+total]
+	pkt := b[end-pktLen : end]
+	z := total - n
+	clear(s[:z])
+	h := s[z:]
+	h[0], h[1], h[2], h[3] = 0xFF, 0xFF, 0xFF, 0xFF
+	h = h[4:]
+	if v4 {
+		src, dst := e.Src.Unmap().As4(), e.Dst.Unmap().As4()
+		total := IPv4Len + udpLen
+		// TOS, TTL and the header checksum are ones (masked).
+		h[0], h[1], h[2], h[3] = 0x45, 0xFF, byte(total>>8), byte(total)
+		h[4], h[5], h[6], h[7] = byte(e.ID>>8), byte(e.ID), 0x40, 0
+		h[8], h[9], h[10], h[11] = 0xFF, 17, 0xFF, 0xFF
+		copy(h[12:16], src[:])
+		copy(h[16:20], dst[:])
+	} else {
+		src, dst := e.Src.As16(), e.Dst.As16()
+		// Traffic class, flow label and hop limit are ones (masked).
+		h[0], h[1], h[2], h[3] = 0x6F, 0xFF, 0xFF, 0xFF
+		h[4], h[5], h[6], h[7] = byte(udpLen>>8), byte(udpLen), 17, 0xFF
+		copy(h[8:24], src[:])
+		copy(h[24:40], dst[:])
+	}
+	h = h[ipLen:]
+	dport := e.DstPort
+	if dport == 0 {
+		dport = UDPPort
+	}
+	h[0], h[1], h[2], h[3] = byte(e.SrcPort>>8), byte(e.SrcPort), byte(dport>>8), byte(dport)
+	h[4], h[5], h[6], h[7] = byte(udpLen>>8), byte(udpLen), 0xFF, 0xFF // checksum masked
+	h = h[UDPLen:]
+	copy(h, pkt[:BTHLen])
+	h[4] = 0xFF // FECN, BECN, reserved
+	if inline {
+		copy(h[BTHLen:], pkt[BTHLen:])
+	}
+	crc := crc32.Update(0xFFFFFFFF, crc32.IEEETable, s)
+	if !inline {
+		crc = crc32.Update(crc, crc32.IEEETable, pkt[BTHLen:])
+	}
+	return binary.LittleEndian.AppendUint32(b, crc), nil
+}

@@ -241,9 +241,9 @@ func (p *Packet) Append(b []byte, e *Encap) ([]byte, error) {
 	if err != nil {
 		return orig, err
 	}
-	crc, err := e.ICRC(b[len(orig):])
+	b, err = e.appendICRC(b, len(b)-len(orig))
 	if err != nil {
 		return orig, err
 	}
-	return binary.LittleEndian.AppendUint32(b, crc), nil
+	return b, nil
 }

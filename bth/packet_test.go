@@ -858,3 +858,80 @@ func TestICRCIPv4WordsMatchReference(t *testing.T) {
 		require.Equal(t, refICRC(ip, udp, pkt), got, "case %d", i)
 	}
 }
+
+// TestAppendICRCBlockMatchesReference checks Packet.Append's ICRC laid
+// out in the spare capacity (AppendSpare) against the independent
+// refICRC, and against the same Append without spare capacity (the
+// tables' way), over random headers and packet lengths on both sides of
+// icrcInlineMax, IPv4 and IPv6.
+func TestAppendICRCBlockMatchesReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	fill := func(b []byte) {
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+	}
+	for i := range 3000 {
+		var e Encap
+		if i%2 == 0 {
+			var a, b [4]byte
+			fill(a[:])
+			fill(b[:])
+			e.Src, e.Dst = netip.AddrFrom4(a), netip.AddrFrom4(b)
+			e.ID = uint16(rng.Uint32())
+		} else {
+			var a, b [16]byte
+			fill(a[:])
+			fill(b[:])
+			a[0], b[0] = 0x20, 0x20 // not IPv4-mapped
+			e.Src, e.Dst = netip.AddrFrom16(a), netip.AddrFrom16(b)
+			e.FlowLabel = rng.Uint32()
+		}
+		e.TrafficClass, e.HopLimit = byte(rng.Uint32()), byte(rng.Uint32())
+		e.SrcPort, e.DstPort = uint16(rng.Uint32()), uint16(rng.Uint32()%2)*UDPPort
+		n := BTHLen + i%600
+		pkt := make([]byte, n)
+		fill(pkt)
+
+		spare := append(make([]byte, 0, n+AppendSpare), pkt...)
+		got, err := e.appendICRC(spare, n)
+		require.NoError(t, err)
+		require.Equal(t, n+ICRCLen, len(got), "case %d", i)
+		exact := append(make([]byte, 0, n+ICRCLen), pkt...)
+		tables, err := e.appendICRC(exact, n)
+		require.NoError(t, err)
+		require.Equal(t, tables, got, "case %d: spare capacity and tables disagree", i)
+
+		h, err := e.AppendIPUDP(nil, n+ICRCLen)
+		require.NoError(t, err)
+		ipLen := e.IPHeaderLen()
+		want := refICRC(h[:ipLen], h[ipLen:], pkt)
+		require.Equal(t, want, binary.LittleEndian.Uint32(got[n:]), "case %d (%d bytes, IPv4 %v)", i, n, e.IsIPv4())
+		require.Equal(t, pkt, got[:n], "case %d: the packet changed", i)
+	}
+}
+
+// TestAppendICRCBlockInBatch checks that the block Append lays out past
+// the packet does not reach bytes before it: packets appended one after
+// another into one buffer, as the Endpoint's arena, each keep their
+// bytes and ICRC.
+func TestAppendICRCBlockInBatch(t *testing.T) {
+	buf := make([]byte, 0, 64<<10)
+	var ends []int
+	var want [][]byte
+	for i := range 40 {
+		p := samplePacket(RCSendOnly, 0)
+		p.Payload = testPayload(i * 37)
+		one, err := p.Append(nil, &testEncap4)
+		require.NoError(t, err)
+		want = append(want, one)
+		buf, err = p.Append(buf, &testEncap4)
+		require.NoError(t, err)
+		ends = append(ends, len(buf))
+	}
+	start := 0
+	for i, end := range ends {
+		require.Equal(t, want[i], buf[start:end], "packet %d", i)
+		start = end
+	}
+}

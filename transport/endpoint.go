@@ -11,6 +11,7 @@ import (
 	"os"
 	"reflect"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -807,6 +808,9 @@ func (ep *Endpoint) collectLocked(now time.Time) bool {
 				q.setEncap(q.q.SentTo())
 			}
 			start := len(ep.arena)
+			// Room for the ICRC's block (bth.AppendSpare): a no-op once
+			// the arena has grown to its batches.
+			ep.arena = slices.Grow(ep.arena, ep.pkt.Len()+bth.AppendSpare)
 			var err error
 			ep.arena, err = ep.pkt.Append(ep.arena, &q.encap)
 			if err != nil {
