@@ -63,6 +63,7 @@ type pairOpts struct {
 	sendDepth int
 	typ       QPType // 0: RC; UC takes the same PSNs and MTU
 	srqWR     int    // > 0: QP 1 receives from an SRQ of this depth (wire.srq)
+	window    int    // InitAttr.MaxUnackedPSNs of both QPs
 }
 
 func defaultOpts() pairOpts {
@@ -87,7 +88,7 @@ func newWire(t testing.TB, o pairOpts) *wire {
 			w.srq = srq
 		}
 		q, err := New(InitAttr{PD: w.pd[i], SendCQ: w.cq[i], RecvCQ: w.cq[i], QPN: qpn[i], MaxSendWR: max(o.sendDepth, 4096),
-			MaxRecvWR: 4096, StrictRetryCount: o.strict, QPType: o.typ, SRQ: srq})
+			MaxRecvWR: 4096, StrictRetryCount: o.strict, QPType: o.typ, SRQ: srq, MaxUnackedPSNs: o.window})
 		require.NoError(t, err)
 		w.qp[i] = q
 		w.enc[i] = bth.Encap{Src: addr[i], Dst: addr[1-i], SrcPort: bth.SourcePort(0, qpn[i], qpn[1-i])}

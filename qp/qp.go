@@ -13,9 +13,13 @@ import (
 // Limits of this implementation. IBTA allows more in places; these are
 // rxe's values where rxe has one.
 const (
-	// MaxUnackedPSNs bounds the PSNs a requester has in flight
-	// (rxe's RXE_MAX_UNACKED_PSNS).
+	// MaxUnackedPSNs is the default bound on the PSNs an RC requester
+	// has in flight (rxe's RXE_MAX_UNACKED_PSNS); InitAttr.MaxUnackedPSNs
+	// sets another.
 	MaxUnackedPSNs = 128
+	// MaxUnackedPSNsLimit is the largest InitAttr.MaxUnackedPSNs: a
+	// quarter of the PSN space, as MaxMessagePSNs.
+	MaxUnackedPSNsLimit = 1 << 22
 	// AckReqInterval: besides the last packet of each message, a requester
 	// asks for an ACK once every this many packets (rxe's RXE_MAX_PKT_PER_ACK).
 	AckReqInterval = 64
@@ -55,6 +59,16 @@ type InitAttr struct {
 	MaxSendWR int  // send queue depth; 0 means 256
 	MaxRecvWR int  // receive queue depth; 0 means 256
 	SQSigAll  bool // every send WQE completes with a CQE, as sq_sig_all
+	// MaxUnackedPSNs bounds the PSNs an RC requester sends beyond the
+	// oldest one not yet acknowledged: 0 means MaxUnackedPSNs (128, rxe's
+	// RXE_MAX_UNACKED_PSNS); at most MaxUnackedPSNsLimit (ErrBadAttr
+	// beyond, or negative). IBTA sets no such window below half the PSN
+	// space; rxe's is 128 and ConnectX's is not documented. The window
+	// costs no memory (a retransmission is built again from the WQEs),
+	// but a go-back-N retransmission resends up to this many packets, and
+	// a peer's socket buffer must hold what arrives before it reads:
+	// docs/datapath.md, "The requester's window".
+	MaxUnackedPSNs int
 	// StrictRetryCount makes retry_cnt 7 mean seven retries, as IBTA
 	// says. By default 7 never runs out, as in rxe, which never decrements
 	// it (docs/wire-format.md section 4: 367 retransmissions in 25 s).
@@ -186,6 +200,7 @@ type QP struct {
 	sigAll    bool
 	strict    bool
 	maxSend   int
+	window    int // InitAttr.MaxUnackedPSNs
 	maxRecv   int
 	state     State
 	attr      Attr
@@ -247,8 +262,14 @@ func New(init InitAttr) (*QP, error) {
 	if init.MaxSendWR < 0 || init.MaxRecvWR < 0 {
 		return nil, fmt.Errorf("%w: negative queue depth", ErrBadAttr)
 	}
+	if init.MaxUnackedPSNs == 0 {
+		init.MaxUnackedPSNs = MaxUnackedPSNs
+	}
+	if init.MaxUnackedPSNs < 0 || init.MaxUnackedPSNs > MaxUnackedPSNsLimit {
+		return nil, fmt.Errorf("%w: MaxUnackedPSNs %d (1..%d, or 0 for %d)", ErrBadAttr, init.MaxUnackedPSNs, MaxUnackedPSNsLimit, MaxUnackedPSNs)
+	}
 	q := &QP{pd: init.PD, scq: init.SendCQ, rcq: init.RecvCQ, sigAll: init.SQSigAll,
-		strict: init.StrictRetryCount, maxSend: init.MaxSendWR, maxRecv: init.MaxRecvWR, svc: svc,
+		strict: init.StrictRetryCount, maxSend: init.MaxSendWR, maxRecv: init.MaxRecvWR, window: init.MaxUnackedPSNs, svc: svc,
 		typ: init.QPType, srq: init.SRQ, unrel: init.QPType != IBV_QPT_RC, ud: init.QPType == IBV_QPT_UD,
 		opBase: base, udMTU: init.PD.dev.activeMTU}
 	q.ops = q.svc.opcodes()

@@ -203,7 +203,7 @@ func (r *requester) next(now time.Time, out *bth.Packet) bool {
 		}
 		return false
 	}
-	if !q.unrel && r.sendPSN.Diff(q.comp.psn) >= MaxUnackedPSNs {
+	if !q.unrel && int(r.sendPSN.Diff(q.comp.psn)) >= q.window {
 		return false
 	}
 	if !w.started {

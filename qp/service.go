@@ -45,8 +45,10 @@ type service interface {
 	// Acknowledgement, NAKs and retransmission.
 
 	// requestSent is told of each request packet the requester hands out,
-	// last when it ends its message. RC asks for an ACK at message ends
-	// and every AckReqInterval packets and arms the local ACK timer, so
+	// last when it ends its message. RC asks for an ACK at message ends,
+	// every AckReqInterval packets and on the packet that fills the
+	// requester's window (InitAttr.MaxUnackedPSNs; rxe's 128 never comes
+	// before its 64-packet interval), and arms the local ACK timer, so
 	// that the completer retires the WQE when the ACK comes.
 	requestSent(now time.Time, r *requester, out *bth.Packet, last bool)
 	// ackRequested is told of each SEND or RDMA WRITE packet with AckReq
@@ -103,7 +105,7 @@ func (rcService) outOfSequence(r *responder, p *bth.Packet, info *bth.OpInfo) bo
 
 func (rcService) requestSent(now time.Time, r *requester, out *bth.Packet, last bool) {
 	r.noAck++
-	if last || r.noAck >= AckReqInterval {
+	if last || r.noAck >= AckReqInterval || int(out.BTH.PSN.Diff(r.q.comp.psn))+1 >= r.q.window {
 		out.BTH.AckReq = true
 		r.noAck = 0
 	}

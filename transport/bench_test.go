@@ -68,9 +68,26 @@ func BenchmarkWriteBW(b *testing.B) {
 	}
 }
 
+// BenchmarkWriteBWWindow is BenchmarkWriteBW with the offloads on and
+// the requester's window (qp.InitAttr.MaxUnackedPSNs) at rxe's 128 and
+// above: at MTU 1024, 128 PSNs are two 64 KiB messages in flight.
+func BenchmarkWriteBWWindow(b *testing.B) {
+	for _, mtu := range []qp.MTU{qp.IBV_MTU_1024, qp.IBV_MTU_4096} {
+		for _, w := range []int{128, 512, 2048} {
+			b.Run(fmt.Sprintf("64KiB/mtu%d/window=%d", mtu.Bytes(), w), func(b *testing.B) {
+				benchWriteBWWindow(b, mtu, w, udpPairOpts(b, UDPOptions{ComputeUDPChecksum: true}))
+			})
+		}
+	}
+}
+
 func benchWriteBW(b *testing.B, mtu qp.MTU, conns [2]Conn) {
+	benchWriteBWWindow(b, mtu, 0, conns)
+}
+
+func benchWriteBWWindow(b *testing.B, mtu qp.MTU, window int, conns [2]Conn) {
 	cfg := defaultPair()
-	cfg.mtu = mtu
+	cfg.mtu, cfg.window = mtu, window
 	s := connect(b, conns, cfg)
 	const size, depth = 64 << 10, 32
 	src := make([]byte, size*depth)

@@ -31,6 +31,7 @@ type pairConfig struct {
 	rnrRetry uint8
 	timeout  uint8
 	faults   [2]*Faults
+	window   int // qp.InitAttr.MaxUnackedPSNs; 0: the default
 }
 
 func defaultPair() pairConfig {
@@ -55,7 +56,7 @@ func connectOpts(t testing.TB, conns [2]Conn, cfg pairConfig, opts Options) [2]*
 		t.Cleanup(func() { ep.Close() })
 		pd := ep.NewPD()
 		cq := ep.NewCQ(1 << 16)
-		q, err := ep.NewQP(pd, cq, cq, qp.InitAttr{MaxSendWR: 4096, MaxRecvWR: 4096, SQSigAll: true})
+		q, err := ep.NewQP(pd, cq, cq, qp.InitAttr{MaxSendWR: 4096, MaxRecvWR: 4096, SQSigAll: true, MaxUnackedPSNs: cfg.window})
 		require.NoError(t, err)
 		s[i] = &side{ep, pd, cq, q}
 	}

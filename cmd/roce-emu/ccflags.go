@@ -13,8 +13,8 @@ import (
 	"github.com/roce-emu/roce-emu/transport"
 )
 
-// ccFlags are the DCQCN and path flags of the commands that connect RC,
-// UC or UD QPs to a peer (server, client, bw, lat).
+// ccFlags are the DCQCN, path and window flags of the commands that
+// connect RC, UC or UD QPs to a peer (server, client, bw, lat).
 //
 // The notification point is on by default, as on a ConnectX with RoCE
 // congestion control (mlx5's roce_np enabled): CE-marked data is answered
@@ -31,6 +31,9 @@ type ccFlags struct {
 	// peerTimeout ends a run whose QPs have received nothing for this
 	// long once traffic runs (0: never); see watchPeerSilence.
 	peerTimeout time.Duration
+	// unackedPSNs is the RC requester's window
+	// (qp.InitAttr.MaxUnackedPSNs).
+	unackedPSNs int
 
 	// Set by check.
 	p      cc.Params
@@ -45,6 +48,7 @@ func (c *ccFlags) register(fs *flag.FlagSet) {
 	fs.Var(&c.params, "param", "set one DCQCN parameter by its mlx5 name, NAME=VALUE (repeatable), as roce-emu dcqcn; e.g. min_time_between_cnps=50 or rpg_ai_rate=10")
 	fs.StringVar(&c.lineRate, "line-rate", "10", "with --dcqcn, the port speed DCQCN starts at and climbs back to (Gb/s, or 25Gbps, 100Mbps)")
 	fs.DurationVar(&c.peerTimeout, "peer-timeout", defaultPeerTimeout, "once traffic runs, end the run with an error when not one RoCEv2 packet has come from the peer for this long (a peer stopped or a dead path; retry_cnt 7 never runs out, as on rxe); keep it well above the ACK timeout (-u); 0: never")
+	fs.IntVar(&c.unackedPSNs, "unacked-psns", qp.MaxUnackedPSNs, "RC requester's window: the PSNs sent beyond the oldest not yet acknowledged (rxe's RXE_MAX_UNACKED_PSNS, 128, by default); a larger `window` keeps more in flight when the peer's ACKs come late, and a go-back-N retransmission resends as many (1 to 4194304; docs/datapath.md, \"The requester's window\")")
 	fs.StringVar(&c.via, "roce-via", "", "send RoCEv2 packets to this `address:port` (e.g. a roce-emu switch port) instead of the address and --udp-port of the peer; the peer's packets are taken from that address")
 }
 
@@ -59,6 +63,9 @@ func (c *ccFlags) check() error {
 	}
 	if err := checkPeerTimeout(c.peerTimeout); err != nil {
 		return err
+	}
+	if c.unackedPSNs < 1 || c.unackedPSNs > qp.MaxUnackedPSNsLimit {
+		return fmt.Errorf("--unacked-psns %d: give the RC requester's window in PSNs, 1 to %d (rxe's is %d)", c.unackedPSNs, qp.MaxUnackedPSNsLimit, qp.MaxUnackedPSNs)
 	}
 	if c.via != "" {
 		a, err := netip.ParseAddrPort(c.via)
@@ -90,6 +97,7 @@ func dcqcnParams(profile string, rate cc.Rate, params []string) (cc.Params, erro
 
 // apply gives init the congestion control the flags ask for.
 func (c *ccFlags) apply(init *qp.InitAttr) {
+	init.MaxUnackedPSNs = c.unackedPSNs
 	p := c.p
 	switch {
 	case c.dcqcn:
@@ -128,6 +136,9 @@ func (c *ccFlags) describe() string {
 	}
 	if c.viaSet {
 		s = append(s, "RoCEv2 via "+c.viaTo.String())
+	}
+	if c.unackedPSNs != qp.MaxUnackedPSNs {
+		s = append(s, fmt.Sprintf("window of %d unacknowledged PSNs", c.unackedPSNs))
 	}
 	return strings.Join(s, ", ")
 }

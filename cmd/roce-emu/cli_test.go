@@ -299,6 +299,21 @@ func TestCLIDemoJSON(t *testing.T) {
 	assert.Empty(t, rec.Capture)
 }
 
+// A requester window a QP cannot take is refused before anything starts,
+// with the flag named and the range given.
+func TestCLIUnackedPSNsRefused(t *testing.T) {
+	for _, args := range [][]string{
+		{"bw", "--bind", "127.0.0.1", "--unacked-psns", "0"},
+		{"lat", "--bind", "127.0.0.1", "--unacked-psns", "-3"},
+		{"client", "--bind", "127.0.0.1", "--unacked-psns", "4194305", "127.0.0.2"},
+	} {
+		code, stdout, stderr := runCLI(t, args...)
+		assert.Equal(t, 2, code, "%v: %s", args, stderr)
+		assert.Contains(t, stderr, "--unacked-psns "+args[4]+": give the RC requester's window in PSNs, 1 to 4194304 (rxe's is 128)", "%v", args)
+		assert.Empty(t, stdout, "%v: nothing runs", args)
+	}
+}
+
 // Durations a run cannot use are refused before anything starts, with
 // the flag named: a negative --exchange-timeout turned the bound off, and
 // a --peer-timeout under 10ns panicked (a ticker of interval 0).

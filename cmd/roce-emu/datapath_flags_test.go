@@ -113,3 +113,20 @@ func TestPerfCPUProfile(t *testing.T) {
 	assert.Equal(t, 1, run([]string{"bw", "--cpuprofile", filepath.Join(t.TempDir(), "no", "such", "dir", "x.prof")}, &o, &e))
 	assert.Contains(t, e.String(), "--cpuprofile")
 }
+
+// --unacked-psns sets the RC requester's window: a small one (8 PSNs of
+// a 64-packet message) still runs the test to the end, each window's
+// last packet asking for its ACK, with no ACK timeout; the window is
+// named in the congestion line.
+func TestPerfUnackedPSNs(t *testing.T) {
+	tcp, udp := freeTCPPort(t), freeUDPPort(t)
+	common := []string{"bw", "--udp-port", udp, "-p", tcp, "--timeout", "30s", "-s", "65536", "-n", "50", "-m", "1024"}
+	r := runPair(append(slices.Clone(common), "--bind", "127.0.0.2"),
+		append(slices.Clone(common), "--bind", "127.0.0.1", "--unacked-psns", "8", "127.0.0.2"), "cannot reach", nil)
+	require.Equal(t, 0, r.ccode, "client: %s", r.cerr)
+	require.Equal(t, 0, r.scode, "server: %s", r.serr)
+	assert.Contains(t, r.cout, "window of 8 unacknowledged PSNs")
+	assert.Contains(t, r.cout, "ACK timeouts 0")
+	assert.Contains(t, r.cout, "retransmitted 0")
+	assert.NotContains(t, r.sout, "window of", "the server's window is its own (the default)")
+}
