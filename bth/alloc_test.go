@@ -213,7 +213,7 @@ func BenchmarkAppend(b *testing.B) {
 					b.ReportAllocs()
 					b.SetBytes(int64(len(pkt)))
 					for b.Loop() {
-						if _, err := p.Append(buf[:0], &testEncap4); err != nil {
+						if _, err := p.AppendScratch(buf[:0], &testEncap4); err != nil {
 							b.Fatal(err)
 						}
 					}

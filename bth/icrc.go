@@ -150,17 +150,20 @@ func VerifyICRC(ip, udp, roce []byte) (got, want uint32, err error) {
 const icrcInlineMax = 256
 
 // AppendSpare is the spare capacity, beyond the packet, that lets
-// Packet.Append compute the ICRC without table lookups for the headers
-// (amd64 and arm64): Append lays the masked headers out there before it
-// appends the ICRC. With less it computes the same ICRC with the
-// slicing tables; it never grows b for it.
+// Packet.AppendScratch compute the ICRC without table lookups for the
+// headers (amd64 and arm64): AppendScratch lays the masked headers out
+// there before it appends the ICRC, overwriting whatever b's backing
+// array held past the packet. With less it computes the same ICRC with
+// the slicing tables, as Packet.Append always does; neither grows b for
+// it.
 const AppendSpare = 4 + IPv6Len + UDPLen + BTHLen + icrcInlineMax + 16 + ICRCLen
 
 // appendICRC appends the ICRC of pkt, the last bytes of b (BTH to the end
 // of the pad), as it travels inside the headers e describes; it is
 // e.ICRC(pkt), computed otherwise. The masked headers, after 4 bytes of
 // ones and before a short packet's rest, are laid out in b's spare
-// capacity (AppendSpare; with less, ICRC's way) and the CRC-32 runs over them with
+// capacity when scratch is set and there is room (AppendSpare; otherwise
+// ICRC's way, writing nothing past the ICRC) and the CRC-32 runs over them with
 // crc32.Update, whose folding with carry-less multiplication (amd64,
 // arm64 has CRC instructions) takes no table lookups for whole 16-byte
 // blocks of at least 64 bytes. The layout gets there with leading zeros:
@@ -170,7 +173,7 @@ const AppendSpare = 4 + IPv6Len + UDPLen + BTHLen + icrcInlineMax + 16 + ICRCLen
 // register of 0, is the ICRC. A packet's ICRC with the payload in cache
 // otherwise took about 100 ns per small packet in a ping-pong (two 8 KiB
 // slicing tables, evicted between turns), which is what this saves.
-func (e *Encap) appendICRC(b []byte, pktLen int) ([]byte, error) {
+func (e *Encap) appendICRC(b []byte, pktLen int, scratch bool) ([]byte, error) {
 	if err := e.check(); err != nil {
 		return b, err
 	}
@@ -194,7 +197,7 @@ func (e *Encap) appendICRC(b []byte, pktLen int) ([]byte, error) {
 	}
 	total := max((n+15)&^15, 64)
 	end := len(b)
-	if cap(b)-end < total+ICRCLen {
+	if !scratch || cap(b)-end < total+ICRCLen {
 		// No room for the block: the tables' way, in place.
 		crc, err := e.ICRC(b[end-pktLen:])
 		if err != nil {

@@ -233,15 +233,27 @@ func (p *Packet) AppendTransport(b []byte) ([]byte, error) {
 }
 
 // Append appends the whole UDP payload of p, ICRC included, as it travels
-// inside the IP and UDP headers that e describes. On error b is returned
-// unchanged.
+// inside the IP and UDP headers that e describes. It writes nothing of b's
+// backing array beyond what it appends. On error b is returned unchanged.
 func (p *Packet) Append(b []byte, e *Encap) ([]byte, error) {
+	return p.append(b, e, false)
+}
+
+// AppendScratch is Append, but it may also overwrite up to AppendSpare
+// bytes of b's spare capacity past what it appends, to compute the ICRC
+// there without table lookups (see AppendSpare): for a buffer whose tail
+// holds nothing the caller needs, as the Endpoint's arena.
+func (p *Packet) AppendScratch(b []byte, e *Encap) ([]byte, error) {
+	return p.append(b, e, true)
+}
+
+func (p *Packet) append(b []byte, e *Encap, scratch bool) ([]byte, error) {
 	orig := b
 	b, err := p.AppendTransport(b)
 	if err != nil {
 		return orig, err
 	}
-	b, err = e.appendICRC(b, len(b)-len(orig))
+	b, err = e.appendICRC(b, len(b)-len(orig), scratch)
 	if err != nil {
 		return orig, err
 	}

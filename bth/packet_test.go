@@ -894,11 +894,11 @@ func TestAppendICRCBlockMatchesReference(t *testing.T) {
 		fill(pkt)
 
 		spare := append(make([]byte, 0, n+AppendSpare), pkt...)
-		got, err := e.appendICRC(spare, n)
+		got, err := e.appendICRC(spare, n, true)
 		require.NoError(t, err)
 		require.Equal(t, n+ICRCLen, len(got), "case %d", i)
 		exact := append(make([]byte, 0, n+ICRCLen), pkt...)
-		tables, err := e.appendICRC(exact, n)
+		tables, err := e.appendICRC(exact, n, true)
 		require.NoError(t, err)
 		require.Equal(t, tables, got, "case %d: spare capacity and tables disagree", i)
 
@@ -925,7 +925,7 @@ func TestAppendICRCBlockInBatch(t *testing.T) {
 		one, err := p.Append(nil, &testEncap4)
 		require.NoError(t, err)
 		want = append(want, one)
-		buf, err = p.Append(buf, &testEncap4)
+		buf, err = p.AppendScratch(buf, &testEncap4)
 		require.NoError(t, err)
 		ends = append(ends, len(buf))
 	}
@@ -933,5 +933,47 @@ func TestAppendICRCBlockInBatch(t *testing.T) {
 	for i, end := range ends {
 		require.Equal(t, want[i], buf[start:end], "packet %d", i)
 		start = end
+	}
+}
+
+// Append follows append's rule: of b's backing array it writes only
+// what it appends, so a b cut from a larger buffer keeps the caller's
+// bytes past it. AppendScratch gives the same bytes and writes at most
+// AppendSpare bytes past them (its documented scratch room).
+func TestAppendWritesOnlyWhatItAppends(t *testing.T) {
+	const fillByte = 0xA5
+	for _, e := range []Encap{testEncap4, testEncap6} {
+		for _, op := range []Opcode{RCSendOnly, RCAcknowledge, RCWriteOnly} {
+			for _, n := range []int{0, 7, 64, 256, 257, 1024} {
+				if !op.Info().Payload && n > 0 {
+					continue
+				}
+				p := samplePacket(op, n)
+				want, err := p.Append(nil, &e)
+				require.NoError(t, err)
+				for _, scratch := range []bool{false, true} {
+					big := bytes.Repeat([]byte{fillByte}, 4096)
+					b := big[:100]
+					var out []byte
+					if scratch {
+						out, err = p.AppendScratch(b, &e)
+					} else {
+						out, err = p.Append(b, &e)
+					}
+					require.NoError(t, err)
+					require.Same(t, &big[0], &out[0], "appended in place")
+					require.Equal(t, want, out[100:])
+					keep := len(out)
+					if scratch {
+						keep += AppendSpare
+					}
+					for i, c := range big[keep:] {
+						require.Equal(t, byte(fillByte), c,
+							"%v %s payload %d scratch=%v: byte %d past the packet was written",
+							e.Src, op, n, scratch, keep+i-len(out))
+					}
+				}
+			}
+		}
 	}
 }

@@ -14,8 +14,9 @@ import (
 // rxe's values where rxe has one.
 const (
 	// MaxUnackedPSNs is the default bound on the PSNs an RC requester
-	// has in flight (rxe's RXE_MAX_UNACKED_PSNS); InitAttr.MaxUnackedPSNs
-	// sets another.
+	// has in flight, the oldest unacknowledged one included: rxe's
+	// RXE_MAX_UNACKED_PSNS (rxe's check lets one more out, 129);
+	// InitAttr.MaxUnackedPSNs sets another.
 	MaxUnackedPSNs = 128
 	// MaxUnackedPSNsLimit is the largest InitAttr.MaxUnackedPSNs: a
 	// quarter of the PSN space, as MaxMessagePSNs.
@@ -59,11 +60,18 @@ type InitAttr struct {
 	MaxSendWR int  // send queue depth; 0 means 256
 	MaxRecvWR int  // receive queue depth; 0 means 256
 	SQSigAll  bool // every send WQE completes with a CQE, as sq_sig_all
-	// MaxUnackedPSNs bounds the PSNs an RC requester sends beyond the
-	// oldest one not yet acknowledged: 0 means MaxUnackedPSNs (128, rxe's
-	// RXE_MAX_UNACKED_PSNS); at most MaxUnackedPSNsLimit (ErrBadAttr
-	// beyond, or negative). IBTA sets no such window below half the PSN
-	// space; rxe's is 128 and ConnectX's is not documented. The window
+	// MaxUnackedPSNs bounds the PSNs an RC requester has in flight:
+	// it starts no packet whose PSN is this many or more past the oldest
+	// one not yet acknowledged, so at most this many are outstanding,
+	// that oldest one included. 0 means MaxUnackedPSNs (128, rxe's
+	// RXE_MAX_UNACKED_PSNS; rxe_req.c waits only once its next PSN is
+	// beyond the oldest plus 128, which lets 129 out: roce-emu keeps to
+	// the number). An RDMA READ is started when there is room for its
+	// request and then takes all its response PSNs, as in rxe, so a long
+	// READ can take the window past this bound. At most
+	// MaxUnackedPSNsLimit (ErrBadAttr beyond, or negative); UC and UD
+	// have no window. IBTA sets no such window below half the PSN
+	// space; ConnectX's is not documented. The window
 	// costs no memory (a retransmission is built again from the WQEs),
 	// but a go-back-N retransmission resends up to this many packets, and
 	// a peer's socket buffer must hold what arrives before it reads:

@@ -812,7 +812,7 @@ func (ep *Endpoint) collectLocked(now time.Time) bool {
 			// the arena has grown to its batches.
 			ep.arena = slices.Grow(ep.arena, ep.pkt.Len()+bth.AppendSpare)
 			var err error
-			ep.arena, err = ep.pkt.Append(ep.arena, &q.encap)
+			ep.arena, err = ep.pkt.AppendScratch(ep.arena, &q.encap)
 			if err != nil {
 				ep.stats.EncodeErrors++
 				ep.log.Error("cannot encode packet", "qpn", q.q.QPN, "err", err)

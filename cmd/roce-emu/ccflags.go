@@ -48,7 +48,7 @@ func (c *ccFlags) register(fs *flag.FlagSet) {
 	fs.Var(&c.params, "param", "set one DCQCN parameter by its mlx5 name, NAME=VALUE (repeatable), as roce-emu dcqcn; e.g. min_time_between_cnps=50 or rpg_ai_rate=10")
 	fs.StringVar(&c.lineRate, "line-rate", "10", "with --dcqcn, the port speed DCQCN starts at and climbs back to (Gb/s, or 25Gbps, 100Mbps)")
 	fs.DurationVar(&c.peerTimeout, "peer-timeout", defaultPeerTimeout, "once traffic runs, end the run with an error when not one RoCEv2 packet has come from the peer for this long (a peer stopped or a dead path; retry_cnt 7 never runs out, as on rxe); keep it well above the ACK timeout (-u); 0: never")
-	fs.IntVar(&c.unackedPSNs, "unacked-psns", qp.MaxUnackedPSNs, "RC requester's window: the PSNs sent beyond the oldest not yet acknowledged (rxe's RXE_MAX_UNACKED_PSNS, 128, by default); a larger `window` keeps more in flight when the peer's ACKs come late, and a go-back-N retransmission resends as many (1 to 4194304; docs/datapath.md, \"The requester's window\")")
+	fs.IntVar(&c.unackedPSNs, "unacked-psns", qp.MaxUnackedPSNs, "RC requester's window: at most this many PSNs in flight, the oldest unacknowledged one included (128 by default, rxe's RXE_MAX_UNACKED_PSNS; rxe itself lets 129 out); a larger `window` keeps more in flight when the peer's ACKs come late, and a go-back-N retransmission resends as many; an RDMA READ takes all its PSNs once started; UC and UD have no window (1 to 4194304; docs/datapath.md, \"The requester's window\")")
 	fs.StringVar(&c.via, "roce-via", "", "send RoCEv2 packets to this `address:port` (e.g. a roce-emu switch port) instead of the address and --udp-port of the peer; the peer's packets are taken from that address")
 }
 
@@ -116,8 +116,10 @@ func (c *ccFlags) peer(to netip.AddrPort) netip.AddrPort {
 	return to
 }
 
-// describe says which DCQCN points run, for the banner.
-func (c *ccFlags) describe() string {
+// describe says which DCQCN points run, for the banner, and the
+// requester's window when it is not the default and the QPs are RC (UC
+// and UD have none).
+func (c *ccFlags) describe(rc bool) string {
 	var s []string
 	switch {
 	case c.dcqcn:
@@ -137,7 +139,7 @@ func (c *ccFlags) describe() string {
 	if c.viaSet {
 		s = append(s, "RoCEv2 via "+c.viaTo.String())
 	}
-	if c.unackedPSNs != qp.MaxUnackedPSNs {
+	if c.unackedPSNs != qp.MaxUnackedPSNs && rc {
 		s = append(s, fmt.Sprintf("window of %d unacknowledged PSNs", c.unackedPSNs))
 	}
 	return strings.Join(s, ", ")

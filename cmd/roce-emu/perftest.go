@@ -437,7 +437,7 @@ func perftestRun(kind, host string, op qp.WROpcode, mtu qp.MTU, f *perfFlags, ou
 		}
 	})
 	fmt.Fprintf(out, " counters: %s\n", describeCounters(sum))
-	fmt.Fprintf(out, " congestion (%s): %s\n", f.ccFlags.describe(), sumCC(qs))
+	fmt.Fprintf(out, " congestion (%s): %s\n", f.ccFlags.describe(true), sumCC(qs))
 	fmt.Fprintf(out, " requests served: %d RDMA WRITE, %d RDMA READ, %d SEND, %d atomic\n", sum.RxWriteRequests, sum.RxReadRequests, sum.RxSendRequests, sum.RxAtomicRequests)
 	fmt.Fprintf(out, " drops and refusals: %s\n", describeDrops(sum, ep.Stats(), r.cq))
 	// A QP a peer's NAK or a local error ended fails the run, even when

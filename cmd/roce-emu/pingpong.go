@@ -384,7 +384,7 @@ func pingpong(mode, host string, f *pingpongFlags, out io.Writer) (err error) {
 	ep.Locked(func() { r.checkData(mode, out) })
 	ep.Flush() // the ACK held after the last completion is counted
 	fmt.Fprintf(out, "counters: %s\n", describeCounters(r.counters()))
-	fmt.Fprintf(out, "congestion (%s): %s\n", f.ccFlags.describe(), sumCC(r.qps))
+	fmt.Fprintf(out, "congestion (%s): %s\n", f.ccFlags.describe(f.qpType == qp.IBV_QPT_RC), sumCC(r.qps))
 	fmt.Fprintf(out, "drops and refusals: %s\n", describeDrops(r.counters(), ep.Stats(), r.cq))
 	if err := qpErrors(r.qps...); err != nil {
 		return err

@@ -107,9 +107,12 @@ func TestWarnOnce(t *testing.T) {
 }
 
 // ibv_uc_pingpong between our two sides: UC QPs, nothing acknowledged.
+// The RC requester's window (--unacked-psns) does nothing for UC, and the
+// banner does not name it.
 func TestPingpongUC(t *testing.T) {
-	sout, cout := runPingpongPair(t, []string{"--connection", "UC", "-c"}, []string{"--connection", "uc", "-c", "-l", "3"})
+	sout, cout := runPingpongPair(t, []string{"--connection", "UC", "-c", "--unacked-psns", "8"}, []string{"--connection", "uc", "-c", "-l", "3", "--unacked-psns", "8"})
 	for _, o := range []string{sout, cout} {
+		assert.NotContains(t, o, "window of", "UC has no requester's window")
 		assert.Contains(t, o, "400000 bytes in ")
 		assert.Contains(t, o, "20 iters in ")
 		assert.NotContains(t, o, "warning")
