@@ -23,6 +23,17 @@ func directPair(t *testing.T, opts Options, cfg pairConfig) ([2]*side, [2][]qp.S
 	return s, pingBuffers(t, s)
 }
 
+// steadyPair is defaultPair with an ACK timeout of 4.3 s (timeout 20),
+// for the tests that assert nothing was retransmitted over loopback,
+// where nothing is lost: with defaultPair's 16.8 ms, a stall of the test
+// process under -race on a busy machine (CI runs packages side by side)
+// once let the timer fire with nothing lost.
+func steadyPair() pairConfig {
+	cfg := defaultPair()
+	cfg.timeout = 20
+	return cfg
+}
+
 // ping sends one SEND from side i and waits, in this goroutine, for its
 // receive at side 1-i and the SEND's own completion at side i.
 func ping(t *testing.T, s [2]*side, sge [2][]qp.SGE, i int) {
@@ -93,7 +104,7 @@ func pingPong(t *testing.T, s [2]*side, sge [2][]qp.SGE, n int) {
 // once the read loop has lent it, on both sides, and every message and
 // ACK arrives.
 func TestDirectReadPingPong(t *testing.T) {
-	s, sge := directPair(t, Options{}, defaultPair())
+	s, sge := directPair(t, Options{}, steadyPair())
 	pingPong(t, s, sge, 200)
 	for i := range 2 {
 		st := s[i].ep.Stats()
@@ -228,7 +239,7 @@ func TestDirectReadWokenByOtherCompletions(t *testing.T) {
 // back (ReplyHold later): the peer's SENDs are received and ACKed with
 // nobody waiting.
 func TestDirectReadLentSocketReturns(t *testing.T) {
-	s, sge := directPair(t, Options{}, defaultPair())
+	s, sge := directPair(t, Options{}, steadyPair())
 	lend(t, s, sge)
 	require.NoError(t, s[0].qp.PostSend(qp.SendWR{Opcode: qp.IBV_WR_SEND, SGEs: sge[0]}))
 	for _, c := range wait(t, s[0].cq, 2) {
