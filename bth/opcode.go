@@ -1,6 +1,9 @@
 package bth
 
-import "strconv"
+import (
+	"math/bits"
+	"strconv"
+)
 
 // Opcode is the BTH OpCode (IBTA 9.2.1, Table 38). The top 3 bits select the
 // transport (RC 0x00, UC 0x20, RD 0x40, UD 0x60, CNP 0x80), the low 5 the
@@ -118,13 +121,16 @@ const (
 	ICRCLen         = 4
 )
 
-// extOrder lists the extended headers in wire order with their sizes and
-// names; Packet.Decode, Packet.Append and the gopacket layers walk it.
-var extOrder = [...]struct {
+// extHeader is one extended header: its bit, wire size and name.
+type extHeader struct {
 	ext  Ext
 	size int
 	name string
-}{
+}
+
+// extOrder lists the extended headers in wire order with their sizes and
+// names; Packet.Decode, Packet.Append and the gopacket layers walk it.
+var extOrder = [...]extHeader{
 	{ExtDETH, DETHLen, "DETH"},
 	{ExtRETH, RETHLen, "RETH"},
 	{ExtAtomicETH, AtomicETHLen, "AtomicETH"},
@@ -135,30 +141,43 @@ var extOrder = [...]struct {
 	{ExtCNP, CNPReservedLen, "CNP reserved"},
 }
 
-// Len returns the total wire size of the headers in e.
-func (e Ext) Len() int {
-	n := 0
-	for _, x := range extOrder {
-		if e&x.ext != 0 {
-			n += x.size
+// extLens is Ext.Len of every set of the eight headers, so that the
+// packet paths look a size up instead of walking extOrder.
+var extLens = func() (t [1 << len(extOrder)]uint8) {
+	for e := range t {
+		for i, x := range extOrder {
+			if e&(1<<i) != 0 {
+				t[e] += uint8(x.size)
+			}
 		}
 	}
-	return n
+	return t
+}()
+
+// Len returns the total wire size of the headers in e.
+func (e Ext) Len() int { return int(extLens[e&(1<<len(extOrder)-1)]) }
+
+// next returns the first header of e in wire order (its extOrder entry)
+// and e without it; e must not be empty. The Ext bits are in wire order,
+// so the lowest set bit comes first on the wire.
+func (e Ext) next() (*extHeader, Ext) {
+	return &extOrder[bits.TrailingZeros16(uint16(e))], e & (e - 1)
 }
 
 // Each calls f for every header in e, in wire order.
 func (e Ext) Each(f func(h Ext, size int, name string)) {
-	for _, x := range extOrder {
-		if e&x.ext != 0 {
-			f(x.ext, x.size, x.name)
-		}
+	for e &= 1<<len(extOrder) - 1; e != 0; {
+		var x *extHeader
+		x, e = e.next()
+		f(x.ext, x.size, x.name)
 	}
 }
 
 // String names the headers in e in wire order, joined by "+"; "" for none.
 func (e Ext) String() string {
 	s := ""
-	for _, x := range extOrder {
+	for i := range extOrder {
+		x := &extOrder[i]
 		if e&x.ext != 0 {
 			if s != "" {
 				s += "+"

@@ -2,6 +2,7 @@ package bth
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -285,6 +286,35 @@ func TestOperationIsRequest(t *testing.T) {
 	for _, op := range []Opcode{RCReadResponseOnly, RCAcknowledge, RCAtomicAcknowledge, CNP} {
 		if op.Info().Op.IsRequest() {
 			t.Errorf("%s is not a request", op)
+		}
+	}
+}
+
+// Ext.next and extLens index extOrder by bit number: entry i must be bit i.
+func TestExtOrderIsBitOrder(t *testing.T) {
+	for i, x := range extOrder {
+		if x.ext != 1<<i {
+			t.Fatalf("extOrder[%d] is %s, bit %#x; want bit %#x", i, x.name, x.ext, 1<<i)
+		}
+	}
+	for e := Ext(0); e < 1<<len(extOrder); e++ {
+		n, names := 0, ""
+		for _, x := range extOrder {
+			if e&x.ext != 0 {
+				n += x.size
+				if names != "" {
+					names += "+"
+				}
+				names += x.name
+			}
+		}
+		if e.Len() != n || e.String() != names {
+			t.Fatalf("%#x: Len %d String %q, want %d %q", uint16(e), e.Len(), e.String(), n, names)
+		}
+		var each []string
+		e.Each(func(h Ext, size int, name string) { each = append(each, name) })
+		if got := strings.Join(each, "+"); got != names {
+			t.Fatalf("%#x: Each gave %q, want %q", uint16(e), got, names)
 		}
 	}
 }

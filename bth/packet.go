@@ -124,11 +124,9 @@ func (p *Packet) decodeHeaders(b []byte) (int, *OpInfo, error) {
 	if info.Ext == 0 {
 		return off, info, nil // MIDDLE packets and most others: the BTH alone
 	}
-	for i := range extOrder {
-		x := &extOrder[i]
-		if info.Ext&x.ext == 0 {
-			continue
-		}
+	for e := info.Ext; e != 0; {
+		var x *extHeader
+		x, e = e.next()
 		if len(b) < off+x.size {
 			return 0, nil, &DecodeError{Err: ErrTruncated, Header: x.name, Opcode: op, OpcodeKnown: true, Need: off + x.size, Have: len(b)}
 		}
@@ -192,10 +190,9 @@ func (p *Packet) AppendHeaders(b []byte) ([]byte, error) {
 		return b, &DecodeError{Err: ErrFieldRange, Header: "DETH SrcQP", Opcode: h.Opcode, OpcodeKnown: true}
 	}
 	b = h.Append(b)
-	for _, x := range extOrder {
-		if info.Ext&x.ext == 0 {
-			continue
-		}
+	for e := info.Ext; e != 0; {
+		var x *extHeader
+		x, e = e.next()
 		switch x.ext {
 		case ExtDETH:
 			b = p.DETH.Append(b)

@@ -317,6 +317,10 @@ type Endpoint struct {
 	lent     bool
 	inline   bool
 	inlineCQ *CQ
+	// inlineW: the channel of the goroutine that reads in Wait, from
+	// before its read until it has handled the batch; signal sends
+	// nothing on it, since that goroutine polls its CQ next.
+	inlineW chan struct{}
 	// inlineDone: the ctx.Done channel of the goroutine reading.
 	inlineDone <-chan struct{}
 	kicked     bool
@@ -548,7 +552,7 @@ func (ep *Endpoint) receiveLocked(now time.Time, d *Datagram) {
 	// RC and UC QPs take packets from their remote address only (rxe's
 	// check 9); a UD QP from anyone, its Q_Key deciding (check 11).
 	if q.q.Type() != qp.IBV_QPT_UD {
-		if _, av := q.q.Remote(); av.Remote.Addr().Unmap().WithZone("") != d.Src.Addr().Unmap().WithZone("") {
+		if q.peerIP != unzoned(d.Src.Addr()) {
 			ep.stats.BadSource++
 			return
 		}
@@ -939,9 +943,14 @@ func (ep *Endpoint) NewCQ(depth int) *CQ {
 // signal wakes every waiter; ep.mu must be held.
 func (c *CQ) signal() {
 	for i, w := range c.waiters {
-		select {
-		case w <- struct{}{}:
-		default:
+		if w != c.ep.inlineW {
+			// The goroutine reading the socket in Wait is not
+			// parked on its channel: it polls its CQ when its read
+			// returns (woken by the kick if it is still reading).
+			select {
+			case w <- struct{}{}:
+			default:
+			}
 		}
 		c.waiters[i] = nil
 	}
@@ -1021,7 +1030,9 @@ func (c *CQ) Wait(ctx context.Context, wc []qp.WC) (int, error) {
 			// that a batch that completes this CQ's work counts as
 			// waking a goroutine (Options.ReplyHold).
 			c.addWaiterLocked(w)
+			ep.inlineW = w
 			ep.readDirectLocked(ctx, c)
+			ep.inlineW = nil
 			c.release(w) // back to c.free
 			w = nil
 			ep.mu.Unlock()
@@ -1102,8 +1113,12 @@ type QP struct {
 	q        *qp.QP
 	encap    bth.Encap
 	src, dst netip.AddrPort // of the datagrams, from encap
-	cnpTOS   uint8
-	udSport  uint16 // UD: the one UDP source port, once chosen
+	// peerIP is the remote address of the QP's address vector, unmapped
+	// and without a zone (unzoned), for the source check of receiveLocked;
+	// set after each Modify.
+	peerIP  netip.Addr
+	cnpTOS  uint8
+	udSport uint16 // UD: the one UDP source port, once chosen
 	// peerPort is the UDP source port the peer sends from, once pinned
 	// (SourceStrict); portWarned: a drop for another port was logged.
 	peerPort   uint16
@@ -1285,6 +1300,8 @@ func (w *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
 			}
 		}
 	}
+	_, av := w.q.Remote()
+	w.peerIP = unzoned(av.Remote.Addr())
 	if mask&qp.IBV_QP_AV != 0 || mask&qp.IBV_QP_DEST_QPN != 0 {
 		w.setEncap(w.q.Remote())
 	}
@@ -1295,6 +1312,18 @@ func (w *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
 	w.ep.touchLocked(w)
 	w.ep.flushLocked(w.ep.clock.Now())
 	return nil
+}
+
+// unzoned returns a as a GID compares it: an IPv4-mapped address as IPv4,
+// without an IPv6 zone.
+func unzoned(a netip.Addr) netip.Addr {
+	if a.Is4In6() {
+		a = a.Unmap()
+	}
+	if a.Zone() != "" {
+		a = a.WithZone("")
+	}
+	return a
 }
 
 // setEncap sets the headers of the QP's next packets for a remote QP
