@@ -55,7 +55,11 @@ type udpConn struct {
 	spinSince time.Time
 	kicked    atomic.Bool // kick or Close: a read that spins stops
 
-	wmu     sync.Mutex // WriteBatch may be called from several goroutines
+	wmu sync.Mutex // WriteBatch may be called from several goroutines
+	// wport, wsender: the source port WriteBatch last found in extra and
+	// its sender (guarded by wmu).
+	wport   uint16
+	wsender *sender
 	whdrs   []mmsghdr
 	wiov    []unix.Iovec
 	wnames  []unix.RawSockaddrInet6
@@ -75,6 +79,11 @@ type udpConn struct {
 	// last read filled, to reset.
 	gbuilt, gused int
 	gseg          int // segment size of message gm (its length if not coalesced)
+	// gsrc, gtos, gtosKnown: message gm's source and TOS, parsed at its
+	// first segment.
+	gsrc      netip.AddrPort
+	gtos      uint8
+	gtosKnown bool
 
 	gso         atomic.Bool
 	gsoErrno    syscall.Errno
@@ -423,12 +432,16 @@ func (c *udpConn) readGRO(ds []Datagram, alias bool) (int, error) {
 		n := int(h.n)
 		oob := c.roob[c.gm*oobLen : c.gm*oobLen+int(h.hdr.Controllen)]
 		if c.goff == 0 {
+			// A message's segments share its source, TOS and segment
+			// size: parsed once, at its first segment.
 			c.gseg = n
 			if seg, ok := parseGRO(oob); ok && seg > 0 && seg < n {
 				c.gseg = seg
 				c.groReads.Add(1)
 				c.groSegments.Add(uint64((n + seg - 1) / seg))
 			}
+			c.gsrc = sockaddrAddrPort(&c.rnames[c.gm])
+			c.gtos, c.gtosKnown = parseTOS(oob)
 		}
 		d := &ds[filled]
 		seg := c.gbufs[c.gm][c.goff:min(c.goff+c.gseg, n)]
@@ -449,10 +462,10 @@ func (c *udpConn) readGRO(ds []Datagram, alias bool) (int, error) {
 			d.Data = append(d.Data[:0], seg...)
 		}
 		c.goff += len(seg)
-		d.Src = sockaddrAddrPort(&c.rnames[c.gm])
+		d.Src = c.gsrc
 		d.Dst = c.local
 		d.TTL = 0
-		d.TOS, d.TOSKnown = parseTOS(oob)
+		d.TOS, d.TOSKnown = c.gtos, c.gtosKnown
 		filled++
 		if c.goff >= n {
 			c.gm, c.goff = c.gm+1, 0
@@ -601,12 +614,19 @@ func (c *udpConn) WriteBatch(ds []Datagram) (int, error) {
 		for end < len(ds) && ds[end].Src.Port() == port {
 			end++
 		}
-		c.mu.Lock()
-		s := c.extra[port]
-		if s == nil {
-			s = c.main
+		s := c.wsender
+		if s == nil || port != c.wport {
+			c.mu.Lock()
+			s = c.extra[port]
+			c.mu.Unlock()
+			if s != nil {
+				// Senders are never removed nor replaced: the last
+				// one found stays right for its port.
+				c.wport, c.wsender = port, s
+			} else {
+				s = c.main
+			}
 		}
-		c.mu.Unlock()
 		gso := c.gso.Load()
 		n, refused, err := c.sendRun(s, ds[sent:end], gso)
 		sent += n
