@@ -154,19 +154,23 @@ var extLens = func() (t [1 << len(extOrder)]uint8) {
 	return t
 }()
 
+// extAll is every extended header; the bits above are none.
+const extAll Ext = 1<<len(extOrder) - 1
+
 // Len returns the total wire size of the headers in e.
-func (e Ext) Len() int { return int(extLens[e&(1<<len(extOrder)-1)]) }
+func (e Ext) Len() int { return int(extLens[e&extAll]) }
 
 // next returns the first header of e in wire order (its extOrder entry)
-// and e without it; e must not be empty. The Ext bits are in wire order,
-// so the lowest set bit comes first on the wire.
+// and e without it; e must not be empty nor have bits outside extAll. The
+// Ext bits are in wire order, so the lowest set bit comes first on the
+// wire.
 func (e Ext) next() (*extHeader, Ext) {
 	return &extOrder[bits.TrailingZeros16(uint16(e))], e & (e - 1)
 }
 
 // Each calls f for every header in e, in wire order.
 func (e Ext) Each(f func(h Ext, size int, name string)) {
-	for e &= 1<<len(extOrder) - 1; e != 0; {
+	for e &= extAll; e != 0; {
 		var x *extHeader
 		x, e = e.next()
 		f(x.ext, x.size, x.name)

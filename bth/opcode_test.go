@@ -318,3 +318,23 @@ func TestExtOrderIsBitOrder(t *testing.T) {
 		}
 	}
 }
+
+// A bit above the eight headers in an opcode's Ext (the table is reached
+// through the pointer Info returns) is ignored, as Len ignores it, not an
+// index past extOrder (found by review).
+func TestExtBitsAboveHeadersIgnored(t *testing.T) {
+	info := RCSendOnlyImm.Info()
+	saved := info.Ext
+	info.Ext |= 0x100
+	defer func() { info.Ext = saved }()
+	b := make([]byte, 64)
+	b[0] = byte(RCSendOnlyImm)
+	b[12] = 0xAB // ImmDt: the 4 bytes after the 12-byte BTH
+	var p Packet
+	require.NotPanics(t, func() { _ = p.Decode(b) })
+	require.NoError(t, p.Decode(b))
+	assert.Equal(t, ImmDt(0xAB000000), p.ImmDt)
+	var out []byte
+	require.NotPanics(t, func() { out, _ = p.AppendHeaders(nil) })
+	assert.Len(t, out, BTHLen+ImmDtLen)
+}

@@ -124,7 +124,7 @@ func (p *Packet) decodeHeaders(b []byte) (int, *OpInfo, error) {
 	if info.Ext == 0 {
 		return off, info, nil // MIDDLE packets and most others: the BTH alone
 	}
-	for e := info.Ext; e != 0; {
+	for e := info.Ext & extAll; e != 0; {
 		var x *extHeader
 		x, e = e.next()
 		if len(b) < off+x.size {
@@ -190,7 +190,7 @@ func (p *Packet) AppendHeaders(b []byte) ([]byte, error) {
 		return b, &DecodeError{Err: ErrFieldRange, Header: "DETH SrcQP", Opcode: h.Opcode, OpcodeKnown: true}
 	}
 	b = h.Append(b)
-	for e := info.Ext; e != 0; {
+	for e := info.Ext & extAll; e != 0; {
 		var x *extHeader
 		x, e = e.next()
 		switch x.ext {
