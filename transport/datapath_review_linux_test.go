@@ -30,16 +30,7 @@ func extraPair(t *testing.T, s [2]*side) ([2]*side, [2][]qp.SGE) {
 	for i := range 2 {
 		require.NoError(t, b[i].qp.Connect(Remote{Addr: b[1-i].ep.LocalAddr(), QPN: b[1-i].qp.QPN(), PSN: 0x3000}, 0x3000, ConnectAttr{Timeout: 20}))
 	}
-	var sge [2][]qp.SGE
-	for i := range 2 {
-		mr, err := b[i].pd.RegMR(make([]byte, 8), qp.IBV_ACCESS_LOCAL_WRITE)
-		require.NoError(t, err)
-		sge[i] = []qp.SGE{mr.SGE(0, 8)}
-		for range 4 {
-			require.NoError(t, b[i].qp.PostRecv(qp.RecvWR{SGEs: sge[i]}))
-		}
-	}
-	return b, sge
+	return b, pingBuffers(t, b)
 }
 
 // Direct reads under churn: on side 1, three goroutines wait on pair A's

@@ -1300,10 +1300,10 @@ func (w *QP) Modify(attr *qp.Attr, mask qp.AttrMask) error {
 			}
 		}
 	}
-	_, av := w.q.Remote()
+	dqpn, av := w.q.Remote()
 	w.peerIP = unzoned(av.Remote.Addr())
 	if mask&qp.IBV_QP_AV != 0 || mask&qp.IBV_QP_DEST_QPN != 0 {
-		w.setEncap(w.q.Remote())
+		w.setEncap(dqpn, av)
 	}
 	if mask&(qp.IBV_QP_AV|qp.IBV_QP_DEST_QPN) != 0 || w.q.State() == qp.IBV_QPS_RESET {
 		// Another peer, or none: its source port is learnt again.
