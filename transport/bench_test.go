@@ -305,51 +305,86 @@ func benchRawUDP(b *testing.B, mtu int, conns [2]Conn) {
 // BenchmarkRawUDPPingPong is the baseline for BenchmarkSendLatency: one
 // 60-byte datagram to an echo goroutine and back per op, over the same
 // Conns (busy-polling as the Endpoint's would), with no RoCE processing.
+// The acks=on runs send a 20-byte datagram (an RoCEv2 ACK's BTH, AETH and
+// ICRC) after each message in the same batch, and read both: the
+// datagrams an RC SEND ping-pong puts on the wire per message, the SEND
+// and the ACK of the one received (sent with the reply,
+// Options.ReplyHold), so the floor of that exchange.
 func BenchmarkRawUDPPingPong(b *testing.B) {
 	for _, bp := range busyPolls {
-		b.Run(bp.name, func(b *testing.B) {
-			var conns [2]Conn
-			for i, a := range []string{"127.0.0.1", "127.0.0.2"} {
-				c, err := ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(a), 0), UDPOptions{EphemeralPort: true, BusyPoll: bp.d})
-				if err != nil {
-					b.Fatal(err)
-				}
-				conns[i] = c
+		for _, acks := range []bool{false, true} {
+			name := bp.name
+			if acks {
+				name += ",acks=on"
 			}
-			echoDone := make(chan struct{})
-			go func() {
-				defer close(echoDone)
-				ds := make([]Datagram, 1)
-				ds[0].Data = make([]byte, 0, 2048)
-				for {
-					n, err := conns[1].ReadBatch(ds)
-					if err != nil {
-						return
-					}
-					for i := range n {
-						ds[i].Src, ds[i].Dst = ds[i].Dst, ds[i].Src
-					}
-					if _, err := conns[1].WriteBatch(ds[:n]); err != nil {
-						return
-					}
-				}
-			}()
-			out := []Datagram{{Data: make([]byte, 60), Src: conns[0].LocalAddr(), Dst: conns[1].LocalAddr()}}
-			in := []Datagram{{Data: make([]byte, 0, 2048)}}
-			b.ReportAllocs()
-			start := time.Now()
-			for b.Loop() {
-				if _, err := conns[0].WriteBatch(out); err != nil {
-					b.Fatal(err)
-				}
-				if n, err := conns[0].ReadBatch(in); err != nil || n != 1 || len(in[0].Data) != 60 {
-					b.Fatal(n, err)
-				}
-			}
-			b.ReportMetric(float64(time.Since(start).Nanoseconds())/float64(b.N)/2000, "us/half-rtt")
-			conns[0].Close()
-			conns[1].Close()
-			<-echoDone
-		})
+			b.Run(name, func(b *testing.B) { benchRawPingPong(b, bp.d, acks) })
+		}
 	}
+}
+
+func benchRawPingPong(b *testing.B, busyPoll time.Duration, acks bool) {
+	var conns [2]Conn
+	for i, a := range []string{"127.0.0.1", "127.0.0.2"} {
+		c, err := ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(a), 0), UDPOptions{EphemeralPort: true, BusyPoll: busyPoll})
+		if err != nil {
+			b.Fatal(err)
+		}
+		conns[i] = c
+	}
+	per := 1
+	if acks {
+		per = 2
+	}
+	// read reads per datagrams from c into ds, in one batch or more.
+	read := func(c Conn, ds []Datagram) error {
+		for got := 0; got < per; {
+			n, err := c.ReadBatch(ds[got:per])
+			if err != nil {
+				return err
+			}
+			got += n
+		}
+		return nil
+	}
+	echoDone := make(chan struct{})
+	go func() {
+		defer close(echoDone)
+		ds := make([]Datagram, per)
+		for i := range ds {
+			ds[i].Data = make([]byte, 0, 2048)
+		}
+		for {
+			if read(conns[1], ds) != nil {
+				return
+			}
+			for i := range ds {
+				ds[i].Src, ds[i].Dst = ds[i].Dst, ds[i].Src
+			}
+			if _, err := conns[1].WriteBatch(ds); err != nil {
+				return
+			}
+		}
+	}()
+	out := []Datagram{{Data: make([]byte, 60), Src: conns[0].LocalAddr(), Dst: conns[1].LocalAddr()}}
+	if acks {
+		out = append(out, Datagram{Data: make([]byte, 20), Src: conns[0].LocalAddr(), Dst: conns[1].LocalAddr()})
+	}
+	in := make([]Datagram, per)
+	for i := range in {
+		in[i].Data = make([]byte, 0, 2048)
+	}
+	b.ReportAllocs()
+	start := time.Now()
+	for b.Loop() {
+		if _, err := conns[0].WriteBatch(out); err != nil {
+			b.Fatal(err)
+		}
+		if err := read(conns[0], in); err != nil || len(in[0].Data) != 60 {
+			b.Fatal(len(in[0].Data), err)
+		}
+	}
+	b.ReportMetric(float64(time.Since(start).Nanoseconds())/float64(b.N)/2000, "us/half-rtt")
+	conns[0].Close()
+	conns[1].Close()
+	<-echoDone
 }

@@ -73,8 +73,9 @@ func (ep *Endpoint) unlendLocked() {
 }
 
 // leftWaitLocked runs when a goroutine leaves CQ.Wait (its channel off
-// the waiters): the lent socket stays lent for ReplyHold more, unless
-// other goroutines are parked in Wait, which the read loop then serves.
+// the waiters): the lent socket stays lent until ReplyHold after its
+// last read (or the lend), unless other goroutines are parked in Wait,
+// which the read loop then serves.
 func (ep *Endpoint) leftWaitLocked() {
 	if !ep.lent || ep.inline {
 		return
@@ -89,8 +90,8 @@ func (ep *Endpoint) leftWaitLocked() {
 			return
 		}
 	}
-	ep.lentDue = ep.clock.Now().Add(ep.opts.ReplyHold)
-	ep.armLocked()
+	// The lease runs from the last read (readDirectLocked) or the lend:
+	// the soft timer is armed for it already.
 }
 
 // readDirectLocked reads one batch from the lent socket and handles it,
@@ -117,7 +118,10 @@ func (ep *Endpoint) readDirectLocked(ctx context.Context, c *CQ) {
 	switch {
 	case err == nil:
 		ep.stats.DirectBatches++
-		ep.handleBatchLocked(ep.clock.Now(), ds[:n])
+		now := ep.clock.Now()
+		// The lease restarts: ReplyHold for a goroutine to read again.
+		ep.lentDue = now.Add(ep.opts.ReplyHold)
+		ep.handleBatchLocked(now, ds[:n])
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		// Kicked: the caller looks at its CQ and ctx again.
 	default:

@@ -124,6 +124,7 @@ func TestManyQPsWithLoss(t *testing.T) {
 		for _, q := range m.qps[0] {
 			if d := q.q.Deadline(); !d.IsZero() {
 				assert.GreaterOrEqual(t, q.heapIdx, 0, "QPN %#x has a deadline but is not in the heap", q.QPN())
+				assert.False(t, d.Before(q.due), "QPN %#x is in the heap after its deadline", q.QPN())
 			}
 		}
 	})

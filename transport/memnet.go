@@ -301,6 +301,12 @@ func (n *Network) scheduleLocked(d Datagram, delay time.Duration, onDeliver func
 		}
 		return
 	}
+	if delay <= 0 && onDeliver == nil && len(c.pending) == 0 {
+		// Nothing queued ahead of it and nothing to wait for: straight
+		// to the receive queue, without the timer and its goroutine.
+		c.enqueueLocked(d)
+		return
+	}
 	n.seq++
 	at := time.Now().Add(delay)
 	c.pending.push(timed[pending]{at: at, seq: n.seq, v: pending{d: d, done: onDeliver}})
@@ -324,24 +330,35 @@ func (c *memConn) deliver() {
 			p.done(&d)
 			p.d = d
 		}
-		if p.d.zeroChecksum && c.opts.RejectZeroChecksum6 && !p.d.Dst.Addr().Unmap().Is4() {
-			n.ZeroChecksumDropped++
-			n.pool.put(p.d.Data)
-			continue
-		}
-		select {
-		case c.in <- p.d:
-			n.Delivered++
-		case <-c.done:
+		if !c.enqueueLocked(p.d) {
 			return
-		default:
-			n.Overflowed++
-			n.pool.put(p.d.Data)
 		}
 	}
 	if len(c.pending) > 0 {
 		c.timer.Reset(c.pending[0].at.Sub(now))
 	}
+}
+
+// enqueueLocked puts d on c's receive queue, or counts and drops it (a
+// zero UDP checksum refused, the queue full); n.mu held. It reports false
+// once c is closed.
+func (c *memConn) enqueueLocked(d Datagram) bool {
+	n := c.net
+	if d.zeroChecksum && c.opts.RejectZeroChecksum6 && !d.Dst.Addr().Unmap().Is4() {
+		n.ZeroChecksumDropped++
+		n.pool.put(d.Data)
+		return true
+	}
+	select {
+	case c.in <- d:
+		n.Delivered++
+	case <-c.done:
+		return false
+	default:
+		n.Overflowed++
+		n.pool.put(d.Data)
+	}
+	return true
 }
 
 type pending struct {

@@ -6,6 +6,14 @@
 // half round trips as lat does (t_min, t_typical: the median, t_99),
 // in microseconds.
 //
+// With -acks each side writes a second, ACK-sized datagram (the 48 bytes
+// of an RoCEv2 ACK's BTH, AETH and ICRC) after each message in the same
+// batch, and reads until it has both: the datagrams an RC SEND
+// ping-pong puts on the wire per message (the SEND, and the ACK of the
+// one received, which roce-emu sends with the reply; Options.ReplyHold).
+// It is the raw floor of that exchange, where the default is the floor of
+// one datagram per message.
+//
 //	udppingpong -bind 127.0.0.2 -port 14791 -n 20000 &      # the echo side
 //	udppingpong -bind 127.0.0.1 -n 20000 127.0.0.2:14791    # the timing side
 //
@@ -31,15 +39,19 @@ func main() {
 	size := flag.Int("s", 60, "datagram `bytes`")
 	busy := flag.Duration("busy-poll", 0, "spin on the socket up to this `long` before sleeping (transport.UDPOptions.BusyPoll)")
 	procs := flag.Int("gomaxprocs", 1, "Go processors (lat's default is 1)")
+	acks := flag.Bool("acks", false, "write an ACK-sized datagram after each message, in the same batch, and read both (an RC SEND ping-pong's datagrams)")
 	flag.Parse()
 	runtime.GOMAXPROCS(*procs)
-	if err := run(*bind, uint16(*port), *n, *size, *busy, flag.Arg(0)); err != nil {
+	if err := run(*bind, uint16(*port), *n, *size, *busy, *acks, flag.Arg(0)); err != nil {
 		fmt.Fprintln(os.Stderr, "udppingpong:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bind string, port uint16, n, size int, busy time.Duration, peer string) error {
+// ackLen is the size of an RoCEv2 ACK's UDP payload: BTH, AETH, ICRC.
+const ackLen = 12 + 4 + 4
+
+func run(bind string, port uint16, n, size int, busy time.Duration, acks bool, peer string) error {
 	a, err := netip.ParseAddr(bind)
 	if err != nil {
 		return err
@@ -52,15 +64,34 @@ func run(bind string, port uint16, n, size int, busy time.Duration, peer string)
 		return err
 	}
 	defer c.Close()
-	in := []transport.Datagram{{Data: make([]byte, 0, 9000)}}
-	if peer == "" {
-		fmt.Println("echoing on", c.LocalAddr())
-		for range n {
-			if _, err := c.ReadBatch(in); err != nil {
+	in := []transport.Datagram{{Data: make([]byte, 0, 9000)}, {Data: make([]byte, 0, 9000)}}
+	per := 1 // datagrams per message
+	if acks {
+		per = 2
+	}
+	// read reads until per datagrams have come (one batch, or two).
+	read := func() error {
+		for got := 0; got < per; {
+			k, err := c.ReadBatch(in[got:per])
+			if err != nil {
 				return err
 			}
-			in[0].Src, in[0].Dst = in[0].Dst, in[0].Src
-			if _, err := c.WriteBatch(in); err != nil {
+			got += k
+		}
+		return nil
+	}
+	if peer == "" {
+		fmt.Println("echoing on", c.LocalAddr())
+		out := make([]transport.Datagram, per)
+		for range n {
+			if err := read(); err != nil {
+				return err
+			}
+			out[0] = transport.Datagram{Data: in[0].Data, Src: in[0].Dst, Dst: in[0].Src}
+			if acks {
+				out[1] = transport.Datagram{Data: in[0].Data[:min(ackLen, len(in[0].Data))], Src: in[0].Dst, Dst: in[0].Src}
+			}
+			if _, err := c.WriteBatch(out); err != nil {
 				return err
 			}
 		}
@@ -71,20 +102,23 @@ func run(bind string, port uint16, n, size int, busy time.Duration, peer string)
 		return err
 	}
 	out := []transport.Datagram{{Data: make([]byte, size), Src: c.LocalAddr(), Dst: dst}}
+	if acks {
+		out = append(out, transport.Datagram{Data: make([]byte, ackLen), Src: c.LocalAddr(), Dst: dst})
+	}
 	half := make([]time.Duration, 0, n)
 	for range n {
 		t := time.Now()
 		if _, err := c.WriteBatch(out); err != nil {
 			return err
 		}
-		if k, err := c.ReadBatch(in); err != nil || k != 1 {
-			return fmt.Errorf("read %d datagrams: %v", k, err)
+		if err := read(); err != nil {
+			return err
 		}
 		half = append(half, time.Since(t)/2)
 	}
 	slices.Sort(half)
 	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
-	fmt.Printf("half round trip, us: t_min %.2f t_typical %.2f t_99 %.2f (%d round trips of %d bytes)\n",
-		us(half[0]), us(half[len(half)/2]), us(half[len(half)*99/100]), n, size)
+	fmt.Printf("half round trip, us: t_min %.2f t_typical %.2f t_99 %.2f (%d round trips of %d bytes, %d datagrams each way)\n",
+		us(half[0]), us(half[len(half)/2]), us(half[len(half)*99/100]), n, size, per)
 	return nil
 }
