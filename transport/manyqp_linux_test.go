@@ -23,8 +23,8 @@ func cpuTime(t testing.TB) time.Duration {
 // BenchmarkManyQPs measures aggregate RDMA WRITE throughput of 4 KiB
 // messages at MTU 4096 from 1 and from 1,000 connected QPs on one
 // Endpoint pair over an in-memory Network (no impairments, a receive queue
-// of 64 Ki datagrams), 64 WRITEs in flight in all: 64 on the one QP, 2 on
-// each of 1,000 QPs (2,000). One op is one completed WRITE; compare the
+// of 64 Ki datagrams): 64 WRITEs in flight on the one QP, 2 on each of
+// the 1,000 QPs (2,000 in all). One op is one completed WRITE; compare the
 // two runs' Gb/s, or on a loaded machine their Gb/s-cpu: message bits
 // per second of the process's CPU time (user and system, getrusage), which
 // other processes' load does not change.

@@ -222,3 +222,57 @@ func BenchmarkIdleQPMemory(b *testing.B) {
 	}
 	b.ReportMetric(sum/float64(b.N), "B/qp")
 }
+
+// TestLazyDeadlineHeap: a QP's heap entry stays where its first deadline
+// put it while later posts move its ACK timer later and ACKs stop it; the
+// timer's fire at that entry takes it out (nothing in flight), and with
+// it another QP's stale entry due within timerSlack, with no timeout and
+// no resend.
+func TestLazyDeadlineHeap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := connectMany(t, memNetConns(t, 64), 2, 4, qp.IBV_MTU_1024)
+		src, err := m.pd[0].RegMR(make([]byte, 64), qp.IBV_ACCESS_LOCAL_WRITE)
+		require.NoError(t, err)
+		dst, err := m.pd[1].RegMR(make([]byte, 64), qp.IBV_ACCESS_LOCAL_WRITE|qp.IBV_ACCESS_REMOTE_WRITE)
+		require.NoError(t, err)
+		write := func(q *QP) {
+			require.NoError(t, q.PostSend(qp.SendWR{Opcode: qp.IBV_WR_RDMA_WRITE, SGEs: []qp.SGE{src.SGE(0, 64)},
+				RemoteAddr: dst.VA, RKey: dst.RKey}))
+			wait(t, m.cq[0], 1)
+		}
+		ep := m.ep[0]
+		entry := func(q *QP) (due, deadline time.Time, in bool) {
+			ep.mu.Lock()
+			defer ep.mu.Unlock()
+			return q.due, q.q.Deadline(), q.heapIdx >= 0
+		}
+		a, b := m.qps[0][0], m.qps[0][1]
+		write(a)
+		first, d, in := entry(a)
+		require.True(t, in, "the first post puts the QP in the heap")
+		assert.True(t, d.IsZero(), "the ACK stopped the ACK timer")
+		time.Sleep(timerSlack / 2)
+		write(b)
+		bDue, _, in := entry(b)
+		require.True(t, in)
+		require.True(t, bDue.After(first) && bDue.Sub(first) < timerSlack, "b's entry is due within timerSlack after a's")
+		time.Sleep(100 * time.Millisecond)
+		write(a)
+		due, d, in := entry(a)
+		assert.True(t, d.IsZero())
+		assert.True(t, in && due.Equal(first), "a later deadline leaves the entry where it was")
+
+		time.Sleep(time.Until(first) + timerSlack/10)
+		synctest.Wait()
+		_, _, in = entry(a)
+		assert.False(t, in, "the fire at the stale entry took a QP with nothing in flight out of the heap")
+		_, _, in = entry(b)
+		assert.False(t, in, "b's stale entry, due within timerSlack of a's, went with the same fire")
+		for _, q := range m.qps[0] {
+			c := q.Counters()
+			assert.Zero(t, c.RetransmittedPkts, "QPN %#x", q.QPN())
+			assert.Zero(t, c.LocalAckTimeoutErr, "QPN %#x", q.QPN())
+			assert.Zero(t, c.CompleterRetry, "QPN %#x", q.QPN())
+		}
+	})
+}
