@@ -122,6 +122,9 @@ type memConn struct {
 	closed  sync.Once
 	pending timedQueue[pending] // guarded by net.mu
 	timer   *time.Timer         // guarded by net.mu
+	// aliased: the network's buffers the last readBatchAliased handed
+	// out, back to its pool at the next (one reader: the read loop).
+	aliased [][]byte
 }
 
 func (c *memConn) LocalAddr() netip.AddrPort     { return c.addr }
@@ -140,9 +143,28 @@ func (c *memConn) Close() error {
 	return nil
 }
 
-func (c *memConn) ReadBatch(ds []Datagram) (int, error) {
+func (c *memConn) ReadBatch(ds []Datagram) (int, error) { return c.readBatch(ds, false) }
+
+// readBatchAliased is ReadBatch, except that each ds[i].Data is the
+// network's own copy of the datagram (capacity cut to its length) instead
+// of a copy into ds[i].Data: valid until the next read, and not to be
+// written. The Endpoint's read loop, which is done with a batch before it
+// reads the next, saves a copy of every datagram so (as with the Linux UDP
+// Conn's). Only the Endpoint calls it, from one goroutine.
+func (c *memConn) readBatchAliased(ds []Datagram) (int, error) { return c.readBatch(ds, true) }
+
+func (c *memConn) readBatch(ds []Datagram, alias bool) (int, error) {
 	if len(ds) == 0 {
 		return 0, nil
+	}
+	if alias && len(c.aliased) > 0 {
+		c.net.mu.Lock()
+		for i, b := range c.aliased {
+			c.net.pool.put(b)
+			c.aliased[i] = nil
+		}
+		c.net.mu.Unlock()
+		c.aliased = c.aliased[:0]
 	}
 	var d Datagram
 	select {
@@ -156,10 +178,15 @@ func (c *memConn) ReadBatch(ds []Datagram) (int, error) {
 	c.net.mu.Lock()
 	//lint:ignore SA2001 the empty critical section is the point
 	c.net.mu.Unlock()
-	// The network's copies go back to its pool under one lock per batch.
+	// The network's copies go back to its pool under one lock per batch
+	// (at the next read, when aliased).
 	var spent [64][]byte
 	k := 0
 	defer func() {
+		if alias {
+			c.aliased = append(c.aliased, spent[:k]...)
+			return
+		}
 		c.net.mu.Lock()
 		for _, b := range spent[:k] {
 			c.net.pool.put(b)
@@ -168,7 +195,12 @@ func (c *memConn) ReadBatch(ds []Datagram) (int, error) {
 	}()
 	n := 0
 	for {
-		fill(&ds[n], &d)
+		if alias {
+			ds[n] = d
+			ds[n].Data = d.Data[:len(d.Data):len(d.Data)]
+		} else {
+			fill(&ds[n], &d)
+		}
 		ds[n].TOSKnown = true
 		ds[n].zeroChecksum = false
 		spent[k] = d.Data
