@@ -123,7 +123,11 @@ func (ep *Endpoint) readDirectLocked(ctx context.Context, c *CQ) {
 		ep.lentDue = now.Add(ep.opts.ReplyHold)
 		ep.handleBatchLocked(now, ds[:n])
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		// Kicked: the caller looks at its CQ and ctx again.
+		// Kicked: the caller looks at its CQ and ctx again. It read
+		// until now, so the lease restarts, and is armed again: a fire
+		// while it read left it out, and the caller may not come back.
+		ep.lentDue = ep.clock.Now().Add(ep.opts.ReplyHold)
+		ep.armLocked()
 	default:
 		// Closed, or a failure: the read loop reads again, and logs
 		// and stops on the same error.

@@ -472,3 +472,24 @@ func TestDirectReadLoopSurvivesStaleKick(t *testing.T) {
 	s[1].ep.kicker.kick()                                          // the deadline without the flag: undone elsewhere
 	pingPong(t, s, sge, 10)
 }
+
+// TestDirectReadLeaseAfterKick: a goroutine reads the lent socket in Wait
+// past its lease (the timer fires while it reads and leaves the lease
+// out), then its ctx ends (a kick) and it leaves Wait for good. The lease
+// restarts at the kick and is armed again, so the read loop takes the
+// socket back and the peer's next SEND is received while the application
+// only polls. (From a review: without the re-arm the socket stayed lent
+// to nobody.)
+func TestDirectReadLeaseAfterKick(t *testing.T) {
+	s, sge := directPair(t, Options{ReplyHold: 20 * time.Millisecond}, steadyPair())
+	lend(t, s, sge)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := s[1].cq.Wait(ctx, make([]qp.WC, 1))
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, s[0].qp.PostSend(qp.SendWR{Opcode: qp.IBV_WR_SEND, SGEs: sge[0]}))
+	wc := make([]qp.WC, 4)
+	lent := func() bool { s[1].ep.mu.Lock(); defer s[1].ep.mu.Unlock(); return s[1].ep.lent }
+	require.Eventually(t, func() bool { return s[1].cq.Poll(wc) > 0 }, 2*time.Second, time.Millisecond,
+		"the SEND is received with nobody in Wait (lent=%v)", lent())
+}

@@ -230,7 +230,19 @@ func BenchmarkIdleQPMemory(b *testing.B) {
 // no resend.
 func TestLazyDeadlineHeap(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := connectMany(t, memNetConns(t, 64), 2, 4, qp.IBV_MTU_1024)
+		// A microsecond on the wire: the ACK comes back after the
+		// writer has armed the ACK timer, so the first post puts the QP
+		// in the heap (with no delay the read loop may handle the ACK
+		// while the writer has released the lock, and the QP never
+		// gets a deadline).
+		net := NewNetwork(Impairments{QueueLen: 64, Delay: time.Microsecond}, 1)
+		var conns [2]Conn
+		for i, a := range []string{"192.0.2.1:4791", "192.0.2.2:4791"} {
+			c, err := net.Listen(netip.MustParseAddrPort(a))
+			require.NoError(t, err)
+			conns[i] = c
+		}
+		m := connectMany(t, conns, 2, 4, qp.IBV_MTU_1024)
 		src, err := m.pd[0].RegMR(make([]byte, 64), qp.IBV_ACCESS_LOCAL_WRITE)
 		require.NoError(t, err)
 		dst, err := m.pd[1].RegMR(make([]byte, 64), qp.IBV_ACCESS_LOCAL_WRITE|qp.IBV_ACCESS_REMOTE_WRITE)

@@ -150,7 +150,9 @@ func (c *memConn) ReadBatch(ds []Datagram) (int, error) { return c.readBatch(ds,
 // of a copy into ds[i].Data: valid until the next read, and not to be
 // written. The Endpoint's read loop, which is done with a batch before it
 // reads the next, saves a copy of every datagram so (as with the Linux UDP
-// Conn's). Only the Endpoint calls it, from one goroutine.
+// Conn's). Only the Endpoint calls it, from one goroutine, and never
+// ReadBatch on the same Conn: ReadBatch would copy into the network's
+// buffers left in ds.
 func (c *memConn) readBatchAliased(ds []Datagram) (int, error) { return c.readBatch(ds, true) }
 
 func (c *memConn) readBatch(ds []Datagram, alias bool) (int, error) {

@@ -6,7 +6,7 @@
 // half round trips as lat does (t_min, t_typical: the median, t_99),
 // in microseconds.
 //
-// With -acks each side writes a second, ACK-sized datagram (the 48 bytes
+// With -acks each side writes a second, ACK-sized datagram (the 20 bytes
 // of an RoCEv2 ACK's BTH, AETH and ICRC) after each message in the same
 // batch, and reads until it has both: the datagrams an RC SEND
 // ping-pong puts on the wire per message (the SEND, and the ACK of the
