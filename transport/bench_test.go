@@ -303,8 +303,9 @@ func benchRawUDP(b *testing.B, mtu int, conns [2]Conn) {
 }
 
 // BenchmarkRawUDPPingPong is the baseline for BenchmarkSendLatency: one
-// 60-byte datagram to an echo goroutine and back per op, over the same
-// Conns (busy-polling as the Endpoint's would), with no RoCE processing.
+// 60-byte datagram to an echo goroutine and back per op, over Conns with
+// the same options (busy-polling as the Endpoint's would), with no RoCE
+// processing.
 // The acks=on runs send a 20-byte datagram (an RoCEv2 ACK's BTH, AETH and
 // ICRC) after each message in the same batch, and read both: the
 // datagrams an RC SEND ping-pong puts on the wire per message, the SEND
@@ -323,14 +324,10 @@ func BenchmarkRawUDPPingPong(b *testing.B) {
 }
 
 func benchRawPingPong(b *testing.B, busyPoll time.Duration, acks bool) {
-	var conns [2]Conn
-	for i, a := range []string{"127.0.0.1", "127.0.0.2"} {
-		c, err := ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(a), 0), UDPOptions{EphemeralPort: true, BusyPoll: busyPoll})
-		if err != nil {
-			b.Fatal(err)
-		}
-		conns[i] = c
-	}
+	// The options of BenchmarkSendLatency's Conns: the UDP checksum
+	// computed, so that GSO can send a message and its ACK as one
+	// segmented datagram, as the Endpoint does.
+	conns := udpPairOpts(b, UDPOptions{ComputeUDPChecksum: true, BusyPoll: busyPoll})
 	per := 1
 	if acks {
 		per = 2
@@ -384,6 +381,7 @@ func benchRawPingPong(b *testing.B, busyPoll time.Duration, acks bool) {
 		}
 	}
 	b.ReportMetric(float64(time.Since(start).Nanoseconds())/float64(b.N)/2000, "us/half-rtt")
+	reportOffloads(b, conns[0], conns[1])
 	conns[0].Close()
 	conns[1].Close()
 	<-echoDone
