@@ -257,6 +257,24 @@ func (h *harness) perftestClockFailed(name string) bool {
 // maxGuestRestarts bounds the guest restarts of one run.
 const maxGuestRestarts = 2
 
+// watchdogWait is how long restartStalledGuest watches the console of a
+// guest that does not answer for the kernel's NETDEV WATCHDOG line.
+const watchdogWait = 20 * time.Second
+
+// waitForFile reports whether the file at path contains text, reading it
+// every 500 ms for up to d.
+func waitForFile(path, text string, d time.Duration) bool {
+	for end := time.Now().Add(d); ; {
+		if b, err := os.ReadFile(path); err == nil && strings.Contains(string(b), text) {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
 // restartStalledGuest restarts the guest when, after scenario name
 // failed, its command port no longer answers and its console shows the
 // kernel's "NETDEV WATCHDOG" for its virtio NIC: the transmit queue that
@@ -270,9 +288,12 @@ func (h *harness) restartStalledGuest(name string) bool {
 	if _, _, err := h.guest("true", 10*time.Second); err == nil {
 		return false
 	}
+	// The kernel prints the watchdog 5 s after the queue stopped, and a
+	// scenario can fail sooner than that (a CI run on 2026-12-06 had
+	// 13 scenarios fail on an unanswering guest before the line came):
+	// the console is watched for up to watchdogWait.
 	console := filepath.Join(h.out, "guest-console.log")
-	b, err := os.ReadFile(console)
-	if err != nil || !strings.Contains(string(b), "NETDEV WATCHDOG") {
+	if !waitForFile(console, "NETDEV WATCHDOG", watchdogWait) {
 		return false
 	}
 	h.restarts++
