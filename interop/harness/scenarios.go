@@ -290,7 +290,7 @@ func (h *harness) restartStalledGuest(name string) bool {
 	}
 	// The kernel prints the watchdog 5 s after the queue stopped, and a
 	// scenario can fail sooner than that (a CI run on 2026-12-06 had
-	// 13 scenarios fail on an unanswering guest before the line came):
+	// 15 scenarios fail on an unanswering guest before the line came):
 	// the console is watched for up to watchdogWait.
 	console := filepath.Join(h.out, "guest-console.log")
 	if !waitForFile(console, "NETDEV WATCHDOG", watchdogWait) {
