@@ -90,8 +90,8 @@ func (ep *Endpoint) leftWaitLocked() {
 			return
 		}
 	}
-	// The lease runs from the last read (readDirectLocked) or the lend:
-	// the soft timer is armed for it already.
+	// The lease runs from the last read (readDirectLocked) or the lend,
+	// whose armLocked armed the timer for it already.
 }
 
 // readDirectLocked reads one batch from the lent socket and handles it,

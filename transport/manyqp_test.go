@@ -104,13 +104,7 @@ func runWrites(t testing.TB, m *manyPair, n, depth, size, total int) {
 // completes.
 func TestManyQPsWithLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		net := NewNetwork(Impairments{Loss: 0.02, Delay: 20 * time.Microsecond}, 7)
-		var conns [2]Conn
-		for i, a := range []string{"192.0.2.1:4791", "192.0.2.2:4791"} {
-			c, err := net.Listen(netip.MustParseAddrPort(a))
-			require.NoError(t, err)
-			conns[i] = c
-		}
+		conns := netConns(t, Impairments{Loss: 0.02, Delay: 20 * time.Microsecond}, 7)
 		const n = 300
 		m := connectMany(t, conns, n, 4, qp.IBV_MTU_1024)
 		runWrites(t, m, n, 2, 4096, 4*n)
@@ -134,13 +128,7 @@ func TestManyQPsWithLoss(t *testing.T) {
 // they leave the heap at once, the others keep running.
 func TestScheduleDestroy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		net := NewNetwork(Impairments{Delay: time.Millisecond}, 1)
-		var conns [2]Conn
-		for i, a := range []string{"192.0.2.1:4791", "192.0.2.2:4791"} {
-			c, err := net.Listen(netip.MustParseAddrPort(a))
-			require.NoError(t, err)
-			conns[i] = c
-		}
+		conns := netConns(t, Impairments{Delay: time.Millisecond}, 1)
 		m := connectMany(t, conns, 4, 4, qp.IBV_MTU_1024)
 		buf := make([]byte, 4096)
 		smr, err := m.pd[0].RegMR(buf, qp.IBV_ACCESS_LOCAL_WRITE)
@@ -172,7 +160,13 @@ func TestScheduleDestroy(t *testing.T) {
 // memNetConns returns two Conns on a Network with no impairments and a
 // receive queue of queueLen datagrams.
 func memNetConns(t testing.TB, queueLen int) [2]Conn {
-	n := NewNetwork(Impairments{QueueLen: queueLen}, 1)
+	return netConns(t, Impairments{QueueLen: queueLen}, 1)
+}
+
+// netConns returns two Conns, 192.0.2.1 and 192.0.2.2 port 4791, on a
+// Network with imp and random seed seed.
+func netConns(t testing.TB, imp Impairments, seed uint64) [2]Conn {
+	n := NewNetwork(imp, seed)
 	var cs [2]Conn
 	for i, a := range []string{"192.0.2.1:4791", "192.0.2.2:4791"} {
 		c, err := n.Listen(netip.MustParseAddrPort(a))
@@ -235,13 +229,7 @@ func TestLazyDeadlineHeap(t *testing.T) {
 		// in the heap (with no delay the read loop may handle the ACK
 		// while the writer has released the lock, and the QP never
 		// gets a deadline).
-		net := NewNetwork(Impairments{QueueLen: 64, Delay: time.Microsecond}, 1)
-		var conns [2]Conn
-		for i, a := range []string{"192.0.2.1:4791", "192.0.2.2:4791"} {
-			c, err := net.Listen(netip.MustParseAddrPort(a))
-			require.NoError(t, err)
-			conns[i] = c
-		}
+		conns := netConns(t, Impairments{QueueLen: 64, Delay: time.Microsecond}, 1)
 		m := connectMany(t, conns, 2, 4, qp.IBV_MTU_1024)
 		src, err := m.pd[0].RegMR(make([]byte, 64), qp.IBV_ACCESS_LOCAL_WRITE)
 		require.NoError(t, err)
