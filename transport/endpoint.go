@@ -1394,15 +1394,17 @@ func (w *QP) PostRecv(wr qp.RecvWR) error {
 	if err := w.q.PostRecv(wr); err != nil {
 		return err
 	}
-	w.ep.touchLocked(w)
 	if w.ep.held {
-		// A receive sends nothing of its own: the held ACKs wait for
-		// the reply that usually follows (a ping-pong reposts its
-		// receive, then sends).
+		// A receive sends nothing of its own and moves none of the QP's
+		// deadlines (they are the requester's, the completer's and
+		// congestion control's): the held ACKs wait for the reply that
+		// usually follows (a ping-pong reposts its receive, then
+		// sends), and the timer stays as it is. Only a flushed
+		// completion (a QP in IBV_QPS_ERR) is signalled.
 		w.ep.signalLocked()
-		w.ep.armLocked()
 		return nil
 	}
+	w.ep.touchLocked(w)
 	w.ep.flushLocked(w.ep.clock.Now())
 	return nil
 }
