@@ -723,8 +723,10 @@ func (ep *Endpoint) signalLocked() {
 			c.listed = false
 		}
 	}
-	clear(ep.waiting[k:])
-	ep.waiting = ep.waiting[:k]
+	if k < len(ep.waiting) {
+		clear(ep.waiting[k:])
+		ep.waiting = ep.waiting[:k]
+	}
 }
 
 // sendLoop writes, a batch at a time, what flushLocked's batch could not
@@ -863,9 +865,14 @@ func ackAfterRequests(b []Datagram) {
 		if j == i {
 			continue
 		}
-		ack := b[i]
-		copy(b[i:j], b[i+1:j+1])
-		b[j] = ack
+		if j == i+1 {
+			// The ping-pong's case, an ACK and one reply: a swap.
+			b[i], b[j] = b[j], b[i]
+		} else {
+			ack := b[i]
+			copy(b[i:j], b[i+1:j+1])
+			b[j] = ack
+		}
 		i = j
 	}
 }
