@@ -121,7 +121,18 @@ func (ep *Endpoint) armLocked() {
 		return
 	}
 	if !ep.timerAt.IsZero() && !next.Before(ep.timerAt) {
-		return
+		// Armed at or before next: a fire then finds nothing due and
+		// re-arms. Moved later only when it is armed more than
+		// half a ReplyHold early. A steady exchange renews its held
+		// ACK's deadline and its lease every round trip: the timer,
+		// left where the first of them put it, would fire for nothing
+		// once per ReplyHold, each fire a goroutine, the Endpoint's
+		// lock and a re-arm; pushed later every few round trips, it
+		// does not fire (the runtime moves a timer set later in its
+		// heap when it next runs its timers, without a wake-up of its own).
+		if ep.opts.ReplyHold <= 0 || next.Sub(ep.timerAt) <= ep.opts.ReplyHold/2 {
+			return
+		}
 	}
 	ep.timerAt = next
 	wait := next.Sub(ep.clock.Now())
