@@ -551,7 +551,8 @@ func (ep *Endpoint) receiveLocked(now time.Time, d *Datagram) {
 	}
 	// RC and UC QPs take packets from their remote address only (rxe's
 	// check 9); a UD QP from anyone, its Q_Key deciding (check 11).
-	if q.q.Type() != qp.IBV_QPT_UD {
+	ud := q.q.Type() == qp.IBV_QPT_UD
+	if !ud {
 		if q.peerIP != unzoned(d.Src.Addr()) {
 			ep.stats.BadSource++
 			return
@@ -560,7 +561,6 @@ func (ep *Endpoint) receiveLocked(now time.Time, d *Datagram) {
 			return
 		}
 	}
-	ri := qp.RecvInfo{Src: d.Src, Dst: d.Dst, TOS: d.TOS, HopLimit: d.TTL}
 	q.lastRx = now
 	if info := p.BTH.Opcode.Info(); info != nil && info.Op.IsRequest() {
 		ep.rxRequest = true
@@ -568,7 +568,15 @@ func (ep *Endpoint) receiveLocked(now time.Time, d *Datagram) {
 			ep.rxShortTimeout = true
 		}
 	}
-	q.q.HandleReceived(now, p, &ri)
+	if ud {
+		// The GRH of a UD receive is rebuilt from the headers.
+		ri := qp.RecvInfo{Src: d.Src, Dst: d.Dst, TOS: d.TOS, HopLimit: d.TTL}
+		q.q.HandleReceived(now, p, &ri)
+	} else {
+		// RC and UC need the ECN codepoint only (HandleReceived's
+		// reading of ri.TOS), without a copy of the addresses per packet.
+		q.q.HandlePacket(now, p, bth.ECN(d.TOS&3))
+	}
 	ep.touchLocked(q)
 }
 
