@@ -128,8 +128,9 @@ func (ep *Endpoint) armLocked() {
 		// left where the first of them put it, would fire for nothing
 		// once per ReplyHold, each fire a goroutine, the Endpoint's
 		// lock and a re-arm; pushed later every few round trips, it
-		// does not fire (the runtime moves a timer set later in its
-		// heap when it next runs its timers, without a wake-up of its own).
+		// does not fire (the runtime may still wake a sleeping thread
+		// at the earlier time to move the timer in its heap, but runs
+		// nothing of ours then).
 		if ep.opts.ReplyHold <= 0 || next.Sub(ep.timerAt) <= ep.opts.ReplyHold/2 {
 			return
 		}
