@@ -453,17 +453,28 @@ func TestReplyHoldNotWithSendsPending(t *testing.T) {
 	})
 }
 
-// countingClock is SystemClock with a count of the timer callbacks run.
-type countingClock struct{ fires *atomic.Int64 }
+// countingClock is SystemClock with counts of the timer callbacks run and
+// of the timers' resets.
+type countingClock struct{ fires, resets *atomic.Int64 }
 
 func (c countingClock) Now() time.Time { return time.Now() }
 func (c countingClock) AfterFunc(d time.Duration, f func()) Timer {
-	return time.AfterFunc(d, func() { c.fires.Add(1); f() })
+	return countingTimer{time.AfterFunc(d, func() { c.fires.Add(1); f() }), c.resets}
+}
+
+type countingTimer struct {
+	*time.Timer
+	resets *atomic.Int64
+}
+
+func (t countingTimer) Reset(d time.Duration) bool {
+	t.resets.Add(1)
+	return t.Timer.Reset(d)
 }
 
 // A steady ping-pong renews its held ACK's deadline and its lease every
 // round trip: the Endpoint's timer, moved later as they move, does not
-// fire for them. (It used to stay where the first of them put it and fire
+// fire for them, and is not reset every round trip either. (It used to stay where the first of them put it and fire
 // for nothing once per ReplyHold: 10,652 fires in 100,000 round trips of
 // `roce-emu lat`, each one a goroutine, the Endpoint's lock and a re-arm.)
 func TestReplyHoldTimerQuietInSteadyPingPong(t *testing.T) {
@@ -473,9 +484,9 @@ func TestReplyHoldTimerQuietInSteadyPingPong(t *testing.T) {
 			delay  = 10 * time.Microsecond // one way: 20 µs per round trip
 			rounds = 500
 		)
-		var fires atomic.Int64
+		var fires, resets atomic.Int64
 		conns := netConns(t, Impairments{QueueLen: 64, Delay: delay}, 1)
-		s := connectOpts(t, conns, defaultPair(), Options{ReplyHold: hold, Clock: countingClock{&fires}})
+		s := connectOpts(t, conns, defaultPair(), Options{ReplyHold: hold, Clock: countingClock{&fires, &resets}})
 		sge := pingBuffers(t, s)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -517,7 +528,11 @@ func TestReplyHoldTimerQuietInSteadyPingPong(t *testing.T) {
 		<-echoed
 		require.GreaterOrEqual(t, elapsed, rounds*2*delay, "the round trips took the network's time")
 		// Once per ReplyHold over the run would be elapsed/hold (100 here).
-		t.Logf("%d timer fires in %v of round trips", fires.Load(), elapsed)
+		t.Logf("%d timer fires and %d resets in %v of round trips", fires.Load(), resets.Load(), elapsed)
 		assert.LessOrEqual(t, fires.Load(), int64(4), "timer fires in %v of round trips", elapsed)
+		// Moved later every few round trips, not out to the QP's
+		// retransmission deadline and back in every round trip (here
+		// no socket is lent: 1,998 resets before that was ruled out).
+		assert.LessOrEqual(t, resets.Load(), int64(rounds), "timer resets in %d round trips", rounds)
 	})
 }

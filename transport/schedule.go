@@ -111,27 +111,34 @@ func (ep *Endpoint) armLocked() {
 	if len(ep.timers) > 0 {
 		next = ep.timers[0].due
 	}
+	// near: next is a held ACK's deadline or the lease, ReplyHold from
+	// an event that has just happened.
+	near := false
 	if ep.held && (next.IsZero() || ep.heldDue.Before(next)) {
-		next = ep.heldDue
+		next, near = ep.heldDue, true
 	}
 	if ep.lent && !ep.inline && (next.IsZero() || ep.lentDue.Before(next)) {
-		next = ep.lentDue
+		next, near = ep.lentDue, true
 	}
 	if next.IsZero() {
 		return
 	}
 	if !ep.timerAt.IsZero() && !next.Before(ep.timerAt) {
 		// Armed at or before next: a fire then finds nothing due and
-		// re-arms. Moved later only when it is armed more than
-		// half a ReplyHold early. A steady exchange renews its held
-		// ACK's deadline and its lease every round trip: the timer,
-		// left where the first of them put it, would fire for nothing
-		// once per ReplyHold, each fire a goroutine, the Endpoint's
-		// lock and a re-arm; pushed later every few round trips, it
-		// does not fire (the runtime may still wake a sleeping thread
-		// at the earlier time to move the timer in its heap, but runs
-		// nothing of ours then).
-		if ep.opts.ReplyHold <= 0 || next.Sub(ep.timerAt) <= ep.opts.ReplyHold/2 {
+		// re-arms. Moved later only to a held ACK's deadline or the
+		// lease, when it is armed more than half a ReplyHold before
+		// it. A steady exchange renews those every round trip: the
+		// timer, left where the first of them put it, would fire for
+		// nothing once per ReplyHold, each fire a goroutine, the
+		// Endpoint's lock and a re-arm; moved later every few round
+		// trips, it does not fire (the runtime may still wake a
+		// sleeping thread at the earlier time to move the timer in its
+		// heap, but runs nothing of ours then). Not to a QP's deadline,
+		// often milliseconds away: where no socket is lent, each
+		// round trip would move the timer out to it when the held ACK
+		// leaves and back in when the next one is held, two resets per
+		// round trip.
+		if !near || ep.opts.ReplyHold <= 0 || next.Sub(ep.timerAt) <= ep.opts.ReplyHold/2 {
 			return
 		}
 	}
