@@ -13,12 +13,15 @@
 # run unpinned, one per CPU (pinned to one CPU, busy-polling starves the
 # peer).
 #
+# The raw datagrams are udppingpong's default 60 bytes (lat's SEND is a
+# 24-byte UDP payload), as in the figures of docs/datapath.md.
+#
 # Latency on a shared 2-vCPU machine moves by a third from one run to the
 # next: compare medians of many rounds taken in one sitting, never two
 # single runs.
 #
 # usage: [ROUNDS=11] [N=20000] [BUSY=1] scripts/lat-floor.sh [LAT_FLAGS...]
-# needs: go, taskset (util-linux)
+# needs: go, taskset and timeout (util-linux, coreutils)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${ROUNDS:-11}
@@ -41,26 +44,40 @@ typical() {
 	awk '/t_typical/ {for (i = 1; i <= NF; i++) if ($i ~ /^t_typical/) c = i; getline; print $c; exit}'
 }
 
+# Each client gets a minute: a side that did not start (a port taken, a
+# start-up slower than the sleeps) ends the script with its log instead of
+# hanging it.
 raw() {
-	"${pin[@]}" "$dir/udppingpong" -bind 127.0.0.2 -port 14791 -n "$n" "${ubusy[@]}" "$@" >/dev/null &
-	sleep 0.3
-	"${pin[@]}" "$dir/udppingpong" -bind 127.0.0.1 -n "$n" "${ubusy[@]}" "$@" 127.0.0.2:14791 |
-		grep -o 't_typical [0-9.]*' | cut -d' ' -f2
-	wait
+	"${pin[@]}" timeout 60 "$dir/udppingpong" -bind 127.0.0.2 -port 14791 -n "$n" "${ubusy[@]}" "$@" >"$dir/raw-server.log" 2>&1 &
+	sleep 0.5
+	"${pin[@]}" timeout 60 "$dir/udppingpong" -bind 127.0.0.1 -n "$n" "${ubusy[@]}" "$@" 127.0.0.2:14791 >"$dir/raw-client.log" 2>&1 || true
+	wait || true
+	grep -o 't_typical [0-9.]*' "$dir/raw-client.log" | cut -d' ' -f2
 }
 
 lat() {
-	"${pin[@]}" "$dir/roce-emu" lat -o send -s 8 -n "$n" --bind 127.0.0.2 "${lbusy[@]}" "$@" >/dev/null 2>&1 &
-	sleep 0.5
-	"${pin[@]}" "$dir/roce-emu" lat -o send -s 8 -n "$n" --bind 127.0.0.1 "${lbusy[@]}" "$@" 127.0.0.2 2>/dev/null | typical
-	wait
+	"${pin[@]}" timeout 60 "$dir/roce-emu" lat -o send -s 8 -n "$n" --bind 127.0.0.2 "${lbusy[@]}" "$@" >"$dir/lat-server.log" 2>&1 &
+	sleep 0.8
+	"${pin[@]}" timeout 60 "$dir/roce-emu" lat -o send -s 8 -n "$n" --bind 127.0.0.1 "${lbusy[@]}" "$@" 127.0.0.2 >"$dir/lat-client.log" 2>&1 || true
+	wait || true
+	typical <"$dir/lat-client.log"
+}
+
+# need NAME VALUE: VALUE, or the logs of the pair that gave nothing and exit.
+need() {
+	if [ -z "$2" ]; then
+		echo "lat-floor: no t_typical from $1; its logs:" >&2
+		tail -n 5 "$dir/$1"-server.log "$dir/$1"-client.log >&2
+		exit 1
+	fi
+	echo "$2"
 }
 
 echo "round  raw  raw+ACKs  lat   (t_typical µs; load $(cut -d' ' -f1-3 /proc/loadavg))"
 for r in $(seq "$rounds"); do
-	a=$(raw)
-	b=$(raw -acks)
-	c=$(lat "$@")
+	a=$(need raw "$(raw)")
+	b=$(need raw "$(raw -acks)")
+	c=$(need lat "$(lat "$@")")
 	echo "$r $a $b $c" | tee -a "$dir/rounds" | awk '{printf "%5d  %s  %s  %s\n", $1, $2, $3, $4}'
 done
 awk '{a[NR] = $2; b[NR] = $3; c[NR] = $4}
