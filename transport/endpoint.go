@@ -279,6 +279,11 @@ type Endpoint struct {
 	replied        bool
 	unreplied      int
 	holdSkip       int
+	// holdGen numbers the holds; a CQ whose waiters the batch of a hold
+	// woke carries its number (CQ.heldGen): only a goroutine back in
+	// Wait on such a CQ, finding it empty, ends the hold early.
+	holdGen uint64
+	holds   int // holds begun (tests)
 
 	mu  sync.Mutex
 	qps map[uint32]*QP // every QP, by QPN: the receive path's demultiplexer
@@ -673,6 +678,13 @@ func (ep *Endpoint) flushReceivedLocked(now time.Time) {
 		ep.holdSkip--
 	} else if ep.opts.ReplyHold > 0 && ep.rxRequest && !ep.rxShortTimeout && !ep.held && !ep.sending && !ep.closed && ep.active.Len() > 0 && ep.wakesLocked() && !ep.sendsPendingLocked() {
 		ep.held, ep.heldDue, ep.replied = true, now.Add(ep.opts.ReplyHold), false
+		ep.holdGen++
+		ep.holds++
+		for _, c := range ep.waiting {
+			if len(c.waiters) > 0 && c.cq.Len() > 0 {
+				c.heldGen = ep.holdGen
+			}
+		}
 		ep.signalLocked()
 		ep.armLocked()
 		return
@@ -943,7 +955,8 @@ type CQ struct {
 	// reuse, so that a wake-up allocates nothing.
 	waiters []chan struct{}
 	free    []chan struct{}
-	listed  bool // in ep.waiting
+	listed  bool   // in ep.waiting
+	heldGen uint64 // the hold whose batch last woke its waiters (Endpoint.holdGen)
 }
 
 // NewCQ returns a completion queue with room for depth completions.
@@ -977,10 +990,11 @@ func (c *CQ) Poll(wc []qp.WC) int {
 	c.ep.mu.Lock()
 	defer c.ep.mu.Unlock()
 	n := c.cq.Poll(wc)
-	if n == 0 && c.ep.held {
-		// The application is idle: the timer writes what is held at
-		// once, from its own goroutine (Poll may be called where the
-		// Conn must not be written, as from an Observer).
+	if n == 0 && c.ep.held && c.heldGen == c.ep.holdGen {
+		// The application the held batch woke is idle: the timer
+		// writes what is held at once, from its own goroutine (Poll
+		// may be called where the Conn must not be written, as from an
+		// Observer). An empty CQ that batch did not wake ends nothing.
 		c.ep.heldDue = c.ep.clock.Now()
 		c.ep.armLocked()
 	}
@@ -1020,7 +1034,13 @@ func (c *CQ) Wait(ctx context.Context, wc []qp.WC) (int, error) {
 			ep.mu.Unlock()
 			return 0, ErrClosed
 		}
-		ep.flushHeldLocked()
+		if c.heldGen == ep.holdGen {
+			// Woken by the batch whose packets are held, and idle
+			// without a reply: they leave now. A goroutine waiting on
+			// another CQ (an rdma_cm Service's, on QP1's) does not end
+			// a hold that was not made for it.
+			ep.flushHeldLocked()
+		}
 		if n := c.cq.Poll(wc); n > 0 {
 			// Completions came while the lock was released to write.
 			c.leaveLocked(&w)
