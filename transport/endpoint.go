@@ -120,10 +120,13 @@ type Options struct {
 	// ACK and answer go out, and arrive, together instead of costing a
 	// system call and a wake-up of the peer each. They leave at the first
 	// of: a successful PostSend, or a Modify (even one refused), of any
-	// QP of the Endpoint; a CQ.Wait that finds its CQ empty;
-	// Endpoint.Flush; the next batch read; Close or QP.Destroy; and a
-	// timer, this long after the batch, or at once after a CQ.Poll that
-	// found its CQ empty. Go fires such a timer about a millisecond late
+	// QP of the Endpoint; a CQ.Wait that finds its CQ empty, on a CQ
+	// whose waiters the batch woke; Endpoint.Flush; the next batch read;
+	// Close or QP.Destroy; and a timer, this long after the batch, or at
+	// once after a CQ.Poll that found such a CQ empty. (A goroutine
+	// waiting on another CQ, as an rdma_cm Service's on QP1's, ends no
+	// hold: the reply it would cut off is another goroutine's.) Go fires
+	// such a timer about a millisecond late
 	// in a process that is otherwise idle (1.2 ms typically, on Linux),
 	// and an Options.Clock of one's own fires it when it is advanced.
 	// All the packets of the batch are held (ACKs, READ responses).
