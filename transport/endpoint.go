@@ -123,9 +123,12 @@ type Options struct {
 	// QP of the Endpoint; a CQ.Wait that finds its CQ empty, on a CQ
 	// whose waiters the batch woke; Endpoint.Flush; the next batch read;
 	// Close or QP.Destroy; and a timer, this long after the batch, or at
-	// once after a CQ.Poll that found such a CQ empty. (A goroutine
-	// waiting on another CQ, as an rdma_cm Service's on QP1's, ends no
-	// hold: the reply it would cut off is another goroutine's.) Go fires
+	// once after a CQ.Poll that found such a CQ empty. (A goroutine on
+	// a CQ the batch put nothing on, as an rdma_cm Service's on QP1's,
+	// ends no hold; one on a CQ it did complete does, even when the
+	// reply is another goroutine's: a second waiter on the same CQ, or
+	// one reaping a separate send CQ. A woken goroutine that moves on
+	// to another CQ leaves what is held to the timer.) Go fires
 	// such a timer about a millisecond late
 	// in a process that is otherwise idle (1.2 ms typically, on Linux),
 	// and an Options.Clock of one's own fires it when it is advanced.
@@ -993,11 +996,12 @@ func (c *CQ) Poll(wc []qp.WC) int {
 	c.ep.mu.Lock()
 	defer c.ep.mu.Unlock()
 	n := c.cq.Poll(wc)
-	if n == 0 && c.ep.held && c.heldGen == c.ep.holdGen {
+	if n == 0 && c.cq.Len() == 0 && c.ep.held && c.heldGen == c.ep.holdGen {
 		// The application the held batch woke is idle: the timer
 		// writes what is held at once, from its own goroutine (Poll
 		// may be called where the Conn must not be written, as from an
-		// Observer). An empty CQ that batch did not wake ends nothing.
+		// Observer). An empty CQ that batch did not wake ends nothing,
+		// nor does a Poll into an empty wc of a CQ that is not empty.
 		c.ep.heldDue = c.ep.clock.Now()
 		c.ep.armLocked()
 	}

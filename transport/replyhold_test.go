@@ -269,8 +269,8 @@ func TestReplyHoldFlush(t *testing.T) {
 	})
 }
 
-// An Observer that reads the QP's counters and polls an empty CQ for
-// every packet it sees does not stall the Endpoint (the review's case: a
+// An Observer that reads the QP's counters and polls CQs for every
+// packet it sees does not stall the Endpoint (the review's case: a
 // Counters that wrote what was held did, from inside the observed read).
 func TestReplyHoldObserverReads(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -282,6 +282,10 @@ func TestReplyHoldObserverReads(t *testing.T) {
 				s[1].qp.Counters()
 				s[1].ep.Stats()
 				other.Poll(make([]qp.WC, 1))
+				// The CQ the held batch woke, when it is empty: this
+				// Poll ends the hold, from inside the observed read.
+				// (An empty wc takes no completion from recvOnce.)
+				s[1].cq.Poll(nil)
 			}
 		})
 		s = connect(t, cs, defaultPair())
@@ -534,5 +538,21 @@ func TestReplyHoldTimerQuietInSteadyPingPong(t *testing.T) {
 		// retransmission deadline and back in every round trip (here
 		// no socket is lent: 1,998 resets before that was ruled out).
 		assert.LessOrEqual(t, resets.Load(), int64(rounds), "timer resets in %d round trips", rounds)
+	})
+}
+
+// A CQ.Poll that finds empty a CQ the held batch did not wake ends
+// nothing; one on the CQ it woke ends the hold (review).
+func TestReplyHoldPollOtherCQ(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, w, sge := holdPair(t, Options{ReplyHold: time.Hour})
+		other := s[1].ep.NewCQ(4)
+		heldOnce(t, s, w, sge)
+		assert.Zero(t, other.Poll(make([]qp.WC, 1)))
+		synctest.Wait()
+		assert.Empty(t, w.taken(), "another CQ, empty: still held")
+		assert.Zero(t, s[1].cq.Poll(make([]qp.WC, 1)))
+		synctest.Wait()
+		assert.Equal(t, [][]bth.Opcode{{bth.RCAcknowledge}}, w.taken(), "the CQ the batch woke, empty: written")
 	})
 }
