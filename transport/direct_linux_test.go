@@ -573,7 +573,11 @@ func TestReplyHoldNotEndedByAnotherCQsWaiter(t *testing.T) {
 	s[1].ep.mu.Lock()
 	holds := s[1].ep.holds - before
 	s[1].ep.mu.Unlock()
-	assert.GreaterOrEqual(t, holds, rounds*3/4, "side 1 held its ACK for the echo's reply in most round trips")
+	t.Logf("%d holds in %d round trips", holds, rounds)
+	// 145 to 174 of 200 seen under -race beside other packages' tests
+	// (which batches went unheld there was not traced); 7 when the
+	// background waiter ended the holds.
+	assert.GreaterOrEqual(t, holds, rounds/2, "side 1 held its ACK for the echo's reply in most round trips")
 	for i := range 2 {
 		assert.Zero(t, s[i].qp.Counters().RetransmittedPkts, "side %d", i)
 	}
