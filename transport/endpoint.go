@@ -891,14 +891,9 @@ func ackAfterRequests(b []Datagram) {
 		if j == i {
 			continue
 		}
-		if j == i+1 {
-			// The ping-pong's case, an ACK and one reply: a swap.
-			b[i], b[j] = b[j], b[i]
-		} else {
-			ack := b[i]
-			copy(b[i:j], b[i+1:j+1])
-			b[j] = ack
-		}
+		ack := b[i]
+		copy(b[i:j], b[i+1:j+1])
+		b[j] = ack
 		i = j
 	}
 }
